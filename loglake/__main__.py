@@ -1,0 +1,3 @@
+from loglake.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,273 @@
+"""CreateTopics, DeleteTopics, DescribeConfigs, IncrementalAlterConfigs.
+
+Topic state lives in ZooKeeper (see catalog.zookeeper); handlers write it there and then
+reconcile local partitions, so a broker restart reloads exactly what ZooKeeper holds. Config
+changes are validated as a whole (defaults + overrides) before anything is written; an invalid
+value answers INVALID_CONFIG with Kafka's message.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.topics import assign_replicas, validate_topic_name
+from loglake.config import TOPIC_CONFIG_KEYS, TopicConfig
+from loglake.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    LoglakeError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+_CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+
+
+async def create_topic(
+    broker: Broker,
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    configs: Mapping[str, str],
+    manual: Mapping[int, tuple[int, ...]],
+    *,
+    validate_only: bool = False,
+) -> tuple[dict[int, tuple[int, ...]], TopicConfig, uuid.UUID]:
+    """Validate and (unless ``validate_only``) create a topic; raises LoglakeError subclasses."""
+    validate_topic_name(name)
+    if name in broker.topics:
+        raise TopicExistsError(f"Topic '{name}' already exists.")
+    config = broker.config.topic_config(configs)
+    live = sorted((await broker.zk_call(broker.catalog.brokers)).keys())
+    if manual:
+        if num_partitions != -1 or replication_factor != -1:
+            raise InvalidRequestError(
+                "Both numPartitions or replicationFactor and replicasAssignments were set."
+            )
+        assignment = dict(sorted(manual.items()))
+        if sorted(assignment) != list(range(len(assignment))):
+            raise InvalidPartitionsError("Partitions in a manual assignment must be 0..n-1.")
+        for replicas in assignment.values():
+            if not replicas or len(set(replicas)) != len(replicas):
+                raise InvalidReplicationFactorError("Replica lists must be non-empty and unique.")
+            unknown = set(replicas) - set(live)
+            if unknown:
+                raise InvalidReplicationFactorError(f"Unknown broker ids {sorted(unknown)}.")
+    else:
+        partitions = broker.config.num_partitions if num_partitions == -1 else num_partitions
+        factor = (
+            broker.config.default_replication_factor
+            if replication_factor == -1 else replication_factor
+        )
+        if partitions <= 0:
+            raise InvalidPartitionsError(f"Number of partitions must be larger than 0, "
+                                         f"got {partitions}.")
+        assignment = assign_replicas(live, partitions, factor)
+    topic_id = uuid.uuid4()
+    if not validate_only:
+        await broker.zk_call(
+            lambda: broker.catalog.create_topic(name, assignment, config.overrides,
+                                                topic_id=str(topic_id))
+        )
+        broker.reconcile()
+    return assignment, config, topic_id
+
+
+async def create_topics(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        result: dict[str, Any] = {"name": topic.name, "num_partitions": -1,
+                                  "replication_factor": -1, "configs": None}
+        try:
+            if topic.name in seen:
+                raise InvalidRequestError(f"Topic '{topic.name}' appears twice in the request.")
+            seen.add(topic.name)
+            configs = {c.name: c.value for c in topic.configs if c.value is not None}
+            manual = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+            assignment, config, topic_id = await create_topic(
+                broker, topic.name, topic.num_partitions, topic.replication_factor, configs,
+                manual, validate_only=request.validate_only,
+            )
+            result.update(
+                error_code=ErrorCode.none,
+                topic_id=topic_id,
+                num_partitions=len(assignment),
+                replication_factor=len(next(iter(assignment.values()))),
+                configs=[_describe_entry(broker, config, key, False) for key in TOPIC_CONFIG_KEYS],
+            )
+        except LoglakeError as exc:
+            result.update(error_code=exc.code, error_message=exc.message)
+        results.append(result)
+    return build(response_class(19, frame.api_version), {"topics": results})
+
+
+async def delete_topics(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    if hasattr(request, "topics"):
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    by_id = {v: k for k, v in broker.topic_ids.items()}
+    results = []
+    for name, topic_id in wanted:
+        if name is None and topic_id is not None:
+            name = by_id.get(topic_id)
+        result: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0)}
+        try:
+            if name is None or name not in broker.topics:
+                raise UnknownTopicError(f"Topic '{name or topic_id}' does not exist.")
+            await broker.zk_call(broker.catalog.delete_topic, name)
+            result["error_code"] = ErrorCode.none
+        except LoglakeError as exc:
+            result.update(error_code=exc.code, error_message=exc.message)
+        results.append(result)
+    broker.reconcile()
+    key = "responses"
+    return build(response_class(20, frame.api_version), {key: results})
+
+
+def _describe_entry(
+    broker: Broker, config: TopicConfig, name: str, synonyms: bool, documentation: bool = False
+) -> dict[str, Any]:
+    key = TOPIC_CONFIG_KEYS[name]
+    if not config.is_default(name):
+        source = SOURCE_DYNAMIC_TOPIC
+    elif name in broker.config.topic_defaults:
+        source = SOURCE_STATIC_BROKER
+    else:
+        source = SOURCE_DEFAULT
+    entry: dict[str, Any] = {
+        "name": name, "value": config.value_string(name), "read_only": False,
+        "config_source": source, "is_sensitive": False, "is_default": source == SOURCE_DEFAULT,
+        "config_type": _CONFIG_TYPES[key.type],
+        "documentation": key.doc if documentation else None, "synonyms": [],
+    }
+    if synonyms:
+        entry["synonyms"] = [{"name": name, "value": config.value_string(name),
+                              "source": source}]
+    return entry
+
+
+async def describe_configs(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    synonyms = getattr(request, "include_synonyms", False)
+    documentation = getattr(request, "include_documentation", False)
+    results = []
+    for resource in request.resources:
+        result: dict[str, Any] = {"resource_type": resource.resource_type,
+                                  "resource_name": resource.resource_name, "configs": []}
+        try:
+            if resource.resource_type == RESOURCE_TOPIC:
+                config = broker.topic_configs.get(resource.resource_name)
+                if config is None:
+                    raise UnknownTopicError(f"Topic '{resource.resource_name}' does not exist.")
+                keys = resource.configuration_keys or list(TOPIC_CONFIG_KEYS)
+                result["configs"] = [
+                    _describe_entry(broker, config, key, synonyms, documentation)
+                    for key in keys if key in TOPIC_CONFIG_KEYS
+                ]
+            elif resource.resource_type == RESOURCE_BROKER:
+                result["configs"] = _broker_configs(broker, resource.configuration_keys)
+            else:
+                raise InvalidRequestError(
+                    f"Unsupported resource type {resource.resource_type}."
+                )
+            result["error_code"] = ErrorCode.none
+        except LoglakeError as exc:
+            result.update(error_code=exc.code, error_message=exc.message)
+        results.append(result)
+    return build(response_class(32, frame.api_version), {"results": results})
+
+
+def _broker_configs(broker: Broker, keys: Any) -> list[dict[str, Any]]:
+    c = broker.config
+    values = {
+        "broker.id": str(c.broker_id),
+        "listeners": f"PLAINTEXT://{c.host}:{c.port}",
+        "log.dirs": str(c.log_dir),
+        "zookeeper.connect": c.zookeeper_connect,
+        "auto.create.topics.enable": str(c.auto_create_topics_enable).lower(),
+        "num.partitions": str(c.num_partitions),
+        "default.replication.factor": str(c.default_replication_factor),
+        "socket.request.max.bytes": str(c.socket_request_max_bytes),
+    }
+    return [
+        {"name": k, "value": v, "read_only": True, "config_source": SOURCE_STATIC_BROKER,
+         "is_sensitive": False, "config_type": 2}
+        for k, v in values.items() if not keys or k in keys
+    ]
+
+
+async def incremental_alter_configs(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    results = []
+    for resource in request.resources:
+        result: dict[str, Any] = {"resource_type": resource.resource_type,
+                                  "resource_name": resource.resource_name}
+        try:
+            if resource.resource_type != RESOURCE_TOPIC:
+                raise InvalidRequestError(
+                    "Only topic configs can be altered (broker configs are static)."
+                )
+            name = resource.resource_name
+            if name not in broker.topics:
+                raise UnknownTopicError(f"Topic '{name}' does not exist.")
+            current = dict(await broker.zk_call(broker.catalog.topic_config, name))
+            updated = _apply_ops(current, resource.configs)
+            broker.config.topic_config(updated)  # validates the result as a whole
+            if not request.validate_only:
+                await broker.zk_call(broker.catalog.set_topic_config, name, updated)
+                broker._apply_config(name, updated)
+            result["error_code"] = ErrorCode.none
+        except LoglakeError as exc:
+            result.update(error_code=exc.code, error_message=exc.message)
+        results.append(result)
+    return build(response_class(44, frame.api_version), {"responses": results})
+
+
+def _apply_ops(current: dict[str, str], operations: Any) -> dict[str, str]:
+    updated = dict(current)
+    for op in operations:
+        key = TOPIC_CONFIG_KEYS.get(op.name)
+        if key is None:
+            raise InvalidConfigError(f"Unknown topic config name: {op.name}")
+        if op.config_operation == OP_SET:
+            if op.value is None:
+                raise InvalidConfigError(f"Null value not supported for topic configs: {op.name}")
+            updated[op.name] = op.value
+        elif op.config_operation == OP_DELETE:
+            updated.pop(op.name, None)
+        elif op.config_operation in (OP_APPEND, OP_SUBTRACT):
+            if key.type != "list":
+                raise InvalidConfigError(
+                    f"Config value append/subtract is not allowed for config key {op.name}."
+                )
+            base = updated.get(op.name) or ",".join(key.default)
+            items = [i for i in base.split(",") if i]
+            new = [i for i in (op.value or "").split(",") if i]
+            if op.config_operation == OP_APPEND:
+                items += [i for i in new if i not in items]
+            else:
+                items = [i for i in items if i not in new]
+            updated[op.name] = ",".join(items)
+        else:
+            raise InvalidRequestError(f"Unknown config operation {op.config_operation}.")
+    return updated

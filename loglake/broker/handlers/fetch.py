@@ -1,0 +1,151 @@
+"""Fetch (long poll, size limits) and ListOffsets.
+
+Fetch: every requested partition is answered (we never create fetch sessions: the response's
+session id is 0, so clients keep sending full requests, which the protocol allows). The response
+is sent when the accumulated record bytes reach ``min_bytes``, when any partition has an error,
+or when ``max_wait_ms`` elapses; until then the request waits on the partitions' append futures.
+Size limits follow KIP-74: ``partition_max_bytes`` per partition, ``max_bytes`` for the response,
+but the first batch of the first non-empty partition is returned whole even if it is larger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.partition import Partition
+from loglake.errors import LoglakeError, OffsetOutOfRangeError
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+
+
+class _EpochError(LoglakeError):
+    pass
+
+
+def _check_epoch(partition: Partition, requested: int) -> None:
+    if requested < 0 or requested == partition.leader_epoch:
+        return
+    error = _EpochError(
+        f"Leader epoch {requested} does not match current epoch {partition.leader_epoch} "
+        f"of {partition.topic}-{partition.index}."
+    )
+    error.code = (
+        ErrorCode.fenced_leader_epoch if requested < partition.leader_epoch
+        else ErrorCode.unknown_leader_epoch
+    )
+    raise error
+
+
+async def fetch(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    cls = response_class(1, frame.api_version)
+    if getattr(request, "session_id", 0) != 0:
+        return build(cls, {"error_code": ErrorCode.fetch_session_id_not_found, "responses": []})
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait.total_seconds()
+    while True:
+        responses, total, failed, watched = _collect(broker, request)
+        remaining = deadline - loop.time()
+        if total >= request.min_bytes or failed or remaining <= 0 or not watched:
+            return build(cls, {"responses": responses})
+        waiters = [partition.waiter() for partition in watched]
+        try:
+            await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+
+def _collect(
+    broker: Broker, request: Any
+) -> tuple[list[dict[str, Any]], int, bool, list[Partition]]:
+    budget = max(request.max_bytes, 0) if hasattr(request, "max_bytes") else 2**31 - 1
+    total = 0
+    failed = False
+    watched: list[Partition] = []
+    responses = []
+    read_committed = getattr(request, "isolation_level", 0) == 1
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            entry: dict[str, Any] = {
+                "partition_index": wanted.partition, "high_watermark": -1,
+                "last_stable_offset": -1, "log_start_offset": -1, "records": b"",
+                "aborted_transactions": [] if read_committed else None,
+            }
+            try:
+                partition = broker.leader_partition(topic.topic, wanted.partition)
+                _check_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
+                entry["high_watermark"] = partition.high_watermark
+                entry["last_stable_offset"] = partition.high_watermark
+                entry["log_start_offset"] = partition.log_start_offset
+                if not partition.log_start_offset <= wanted.fetch_offset <= (
+                    partition.log.log_end_offset
+                ):
+                    raise OffsetOutOfRangeError(
+                        f"Fetch offset {wanted.fetch_offset} is out of range for "
+                        f"{topic.topic}-{wanted.partition}: [{partition.log_start_offset}, "
+                        f"{partition.log.log_end_offset}]."
+                    )
+                limit = min(wanted.partition_max_bytes, budget - total)
+                records = b""
+                if wanted.fetch_offset < partition.high_watermark and (limit > 0 or total == 0):
+                    records = partition.read(wanted.fetch_offset, max(limit, 0),
+                                             min_one_batch=total == 0)
+                entry["records"] = records
+                entry["error_code"] = ErrorCode.none
+                total += len(records)
+                watched.append(partition)
+            except LoglakeError as exc:
+                entry["error_code"] = exc.code
+                failed = True
+            partitions.append(entry)
+        responses.append({"topic": topic.topic, "partitions": partitions})
+    return responses, total, failed, watched
+
+
+async def list_offsets(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            entry: dict[str, Any] = {"partition_index": wanted.partition_index,
+                                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            try:
+                partition = broker.leader_partition(topic.name, wanted.partition_index)
+                _check_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
+                entry.update(_lookup(partition, wanted.timestamp))
+                entry["leader_epoch"] = partition.leader_epoch
+                entry["error_code"] = ErrorCode.none
+            except LoglakeError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return build(response_class(2, frame.api_version), {"topics": topics})
+
+
+def _lookup(partition: Partition, timestamp: int) -> dict[str, int]:
+    if timestamp == EARLIEST_TIMESTAMP:
+        return {"offset": partition.log_start_offset, "timestamp": -1}
+    if timestamp == LATEST_TIMESTAMP:
+        return {"offset": partition.high_watermark, "timestamp": -1}
+    if timestamp == MAX_TIMESTAMP:
+        found = partition.log.max_timestamp()
+        if found is None:
+            return {"offset": -1, "timestamp": -1}
+        max_ts, offset = found
+        return {"offset": offset, "timestamp": max_ts}
+    hit = partition.log.offset_for_timestamp(timestamp)
+    if hit is None or hit[0] >= partition.high_watermark:
+        return {"offset": -1, "timestamp": -1}
+    return {"offset": hit[0], "timestamp": hit[1]}

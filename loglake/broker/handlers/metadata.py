@@ -1,0 +1,104 @@
+"""ApiVersions and Metadata."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.topics import validate_topic_name
+from loglake.errors import LoglakeError
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+
+async def api_versions(broker: Broker, frame: RequestFrame) -> Any:
+    from loglake.broker.apis import API_TABLE
+
+    return api_versions_response(frame.api_version, ErrorCode.none, API_TABLE)
+
+
+def api_versions_response(version: int, error: ErrorCode, table: dict[int, Any]) -> Any:
+    keys = [
+        {"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
+        for api in sorted(table.values(), key=lambda a: a.key)
+    ]
+    return build(response_class(18, version), {"error_code": error, "api_keys": keys})
+
+
+async def metadata(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    version = frame.api_version
+    requested = request.topics
+    if requested is None or (version == 0 and not requested):
+        names = sorted(broker.topics)
+    else:
+        names = [t.name for t in requested if t.name is not None]
+    auto_create = (
+        broker.config.auto_create_topics_enable
+        and getattr(request, "allow_auto_topic_creation", True)
+    )
+    topics = []
+    for name in names:
+        if name not in broker.topics and auto_create:
+            await _auto_create(broker, name)
+        topics.append(_topic_metadata(broker, name))
+    brokers = await broker.zk_call(broker.catalog.brokers)
+    return build(
+        response_class(3, version),
+        {
+            "brokers": [
+                {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in brokers.values()
+            ],
+            "cluster_id": broker.cluster_id,
+            "controller_id": broker.controller_id,
+            "topics": topics,
+        },
+    )
+
+
+async def _auto_create(broker: Broker, name: str) -> None:
+    from loglake.broker.handlers.admin import create_topic
+
+    try:
+        validate_topic_name(name)
+        await create_topic(broker, name, -1, -1, {}, {})
+    except LoglakeError:
+        return
+
+
+def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
+    meta = broker.topics.get(name)
+    if meta is None:
+        try:
+            validate_topic_name(name)
+            error = ErrorCode.unknown_topic_or_partition
+        except LoglakeError:
+            error = ErrorCode.invalid_topic_exception
+        return {"error_code": error, "name": name, "partitions": []}
+    partitions = []
+    for index, replicas in meta.assignment.items():
+        partition = broker.partitions.get((name, index))
+        leader = broker.config.broker_id if partition is not None else -1
+        partitions.append(
+            {
+                "error_code": ErrorCode.none if partition else ErrorCode.leader_not_available,
+                "partition_index": index,
+                "leader_id": leader if partition else replicas[0],
+                "leader_epoch": partition.leader_epoch if partition else 0,
+                "replica_nodes": list(replicas),
+                "isr_nodes": list(replicas),
+                "offline_replicas": [],
+            }
+        )
+    return {
+        "error_code": ErrorCode.none,
+        "name": name,
+        "topic_id": broker.topic_ids.get(name),
+        "is_internal": False,
+        "partitions": partitions,
+        "topic_authorized_operations": -2147483648,
+    }

@@ -1,0 +1,116 @@
+"""The network layer: length-prefixed Kafka frames over asyncio streams.
+
+Per connection, requests are processed one at a time in arrival order and answered in that order
+(Kafka mutes a channel while a request is in flight; clients rely on the ordering). Frame rules:
+
+* the 4-byte size must be within [8, ``socket.request.max.bytes``]; otherwise the connection is
+  closed without reading the body (there is no error code for it, as in Kafka);
+* an unknown API key, or an unsupported version of any API but ApiVersions, closes the
+  connection; ApiVersions with an unsupported version is answered with UNSUPPORTED_VERSION and
+  our version table in a v0 response, so clients can downgrade (KIP-511);
+* a body that does not decode closes the connection; a handler error is answered with
+  UNKNOWN_SERVER_ERROR where the response has a top-level error, else the connection is closed.
+
+A bad connection never affects other connections: everything is caught per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from loglake.broker.apis import API_TABLE
+from loglake.broker.codec import FrameError, decode_header, decode_request, encode_response
+from loglake.broker.handlers.metadata import api_versions_response
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+API_VERSIONS_KEY = 18
+
+
+class KafkaServer:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._on_connection, self.broker.config.host, self.broker.config.port,
+            reuse_address=True, limit=1 << 20,
+        )
+        log.info("listening on %s:%d", self.broker.config.host, self.broker.config.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._serve(reader, writer, peer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # noqa: BLE001 - one connection's failure must not reach the server
+            log.exception("connection %s failed", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object
+    ) -> None:
+        max_size = self.broker.config.socket_request_max_bytes
+        while True:
+            size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
+            if size < 8 or size > max_size:
+                log.warning("closing %s: frame size %d outside [8, %d]", peer, size, max_size)
+                return
+            data = await reader.readexactly(size)
+            try:
+                response = await self._handle(data)
+            except FrameError as exc:
+                log.warning("closing %s: %s", peer, exc)
+                return
+            if response is not None:
+                writer.write(response)
+                await writer.drain()
+
+    async def _handle(self, data: bytes) -> bytes | None:
+        api_key, version, correlation_id = decode_header(data)
+        api = API_TABLE.get(api_key)
+        if api is None:
+            raise FrameError(f"unknown API key {api_key}")
+        if not api.supports(version):
+            if api_key == API_VERSIONS_KEY:
+                body = api_versions_response(0, ErrorCode.unsupported_version, API_TABLE)
+                return encode_response(api_key, 0, correlation_id, body)
+            raise FrameError(f"unsupported version {version} of {api.name}")
+        frame = decode_request(data, api_key, version)
+        try:
+            body = await api.handler(self.broker, frame)
+        except FrameError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - answer, log, keep serving
+            log.exception("%s v%d handler failed", api.name, version)
+            raise FrameError(f"{api.name} handler failed: {exc}") from exc
+        if body is None:
+            return None
+        return encode_response(api_key, version, correlation_id, body)

@@ -1,0 +1,36 @@
+"""The ``loglake`` command. Each command group registers itself; errors print one line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from loglake.errors import LoglakeError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from loglake.broker import main as broker_main
+
+    parser = argparse.ArgumentParser(prog="loglake", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    broker_main.register(commands)
+    for module in ("loglake.dev.cli", "loglake.client.cli"):
+        try:
+            imported = __import__(module, fromlist=["register"])
+        except ImportError:
+            continue
+        imported.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except (LoglakeError, OSError, ValueError) as exc:
+        print(f"loglake: error: {exc}", file=sys.stderr)
+        return 1

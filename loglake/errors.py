@@ -1,0 +1,93 @@
+"""The single root of loglake's exceptions and their mapping to Kafka wire error codes.
+
+Every error that can reach a client carries a :class:`kio.schema.errors.ErrorCode`; the code is
+what goes on the wire, the message is what an operator reads. ``retriable`` comes from Kafka's
+own registry (the code, not the class, decides it), so clients and tools can decide to retry.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+
+class LoglakeError(Exception):
+    """Base of all loglake errors: a wire error code plus a message and an optional hint."""
+
+    code: ErrorCode = ErrorCode.unknown_server_error
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message if hint is None else f"{message} (hint: {hint})")
+        self.message = message
+        self.hint = hint
+
+    @property
+    def retriable(self) -> bool:
+        return bool(self.code.retriable)
+
+
+
+
+class CorruptRecordError(LoglakeError):
+    """A record batch failed its CRC or framing check."""
+
+    code = ErrorCode.corrupt_message
+
+
+class MessageTooLargeError(LoglakeError):
+    """A batch exceeds max.message.bytes."""
+
+    code = ErrorCode.message_too_large
+
+
+class InvalidConfigError(LoglakeError):
+    """A configuration value is not acceptable."""
+
+    code = ErrorCode.invalid_config
+
+
+class InvalidTopicError(LoglakeError):
+    """A topic name is not legal."""
+
+    code = ErrorCode.invalid_topic_exception
+
+
+class TopicExistsError(LoglakeError):
+    """The topic already exists."""
+
+    code = ErrorCode.topic_already_exists
+
+
+class InvalidRecordError(LoglakeError):
+    """A record batch is structurally invalid."""
+
+    code = ErrorCode.invalid_record
+
+
+class InvalidTimestampError(LoglakeError):
+    """A record timestamp is not acceptable."""
+
+    code = ErrorCode.invalid_timestamp
+
+
+class InvalidPartitionsError(LoglakeError):
+    """The partition count is not valid."""
+
+    code = ErrorCode.invalid_partitions
+
+
+class InvalidRequestError(LoglakeError):
+    """The request is malformed."""
+
+    code = ErrorCode.invalid_request
+
+
+class NotLeaderError(LoglakeError):
+    """This broker does not lead the partition; the client should refresh its metadata."""
+
+    code = ErrorCode.not_leader_or_follower
+
+
+class InvalidRequiredAcksError(LoglakeError):
+    """acks must be 0, 1 or -1 (all)."""
+
+    code = ErrorCode.invalid_required_acks
