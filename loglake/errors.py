@@ -91,3 +91,39 @@ class InvalidRequiredAcksError(LoglakeError):
     """acks must be 0, 1 or -1 (all)."""
 
     code = ErrorCode.invalid_required_acks
+
+
+class UnknownTopicError(LoglakeError):
+    """The topic or partition does not exist on this broker."""
+
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class OffsetOutOfRangeError(LoglakeError):
+    """The requested offset is outside the log's range."""
+
+    code = ErrorCode.offset_out_of_range
+
+
+class OutOfOrderSequenceError(LoglakeError):
+    """An idempotent producer skipped a sequence number."""
+
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class InvalidProducerEpochError(LoglakeError):
+    """An idempotent producer used a fenced (older) epoch."""
+
+    code = ErrorCode.invalid_producer_epoch
+
+
+class UnknownProducerIdError(LoglakeError):
+    """The broker holds no state for this producer id."""
+
+    code = ErrorCode.unknown_producer_id
+
+
+class InvalidReplicationFactorError(LoglakeError):
+    """The replication factor is larger than the number of live brokers or not positive."""
+
+    code = ErrorCode.invalid_replication_factor

@@ -31,6 +31,7 @@ from typing import Any, TypeVar, get_args, get_origin
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError as DecodeError
 from kio.serial.readers import read_compact_array_length, read_legacy_array_length
 from kio.serial.readers import read_int8, read_unsigned_varint
 from kio.static.constants import EntityType
@@ -95,12 +96,9 @@ def decode_request(data: bytes, api_key: int, api_version: int) -> RequestFrame:
     cls = request_class(api_key, api_version)
     header_cls = cls.__header_schema__
     header, offset = read_entity(header_cls, data, 0)
-    body, size = read_entity(cls, data, offset)
-    if offset + size != len(data):
-        raise FrameError(
-            f"request body of api {api_key} v{api_version} has {len(data) - offset - size} "
-            "trailing bytes"
-        )
+    body, _size = read_entity(cls, data, offset)
+    # Like Kafka's generated readers, bytes after the body are ignored: librdkafka sends
+    # three extra bytes after an all-topics Metadata v12 request, and Kafka accepts them.
     return RequestFrame(
         api_key=api_key,
         api_version=api_version,
@@ -117,8 +115,19 @@ def read_entity(cls: type[E], data: bytes, offset: int) -> tuple[E, int]:
     except KeyError as exc:
         if "Unknown tagged field" not in str(exc):
             raise FrameError(f"cannot decode {cls.__name__}: {exc}") from None
-        return tolerant_reader(cls)(data, offset)
-    except (ValueError, IndexError, OverflowError, UnicodeDecodeError, TypeError) as exc:
+        return _tolerant(cls, data, offset)
+    except (DecodeError, ValueError, IndexError, OverflowError, UnicodeDecodeError, TypeError,
+            MemoryError) as exc:
+        raise FrameError(f"cannot decode {cls.__name__}: {exc}") from None
+
+
+def _tolerant(cls: type[E], data: bytes, offset: int) -> tuple[E, int]:
+    try:
+        return tolerant_reader(cls)(data, offset)  # type: ignore[no-any-return]
+    except FrameError:
+        raise
+    except (DecodeError, KeyError, ValueError, IndexError, OverflowError, UnicodeDecodeError,
+            TypeError, MemoryError) as exc:
         raise FrameError(f"cannot decode {cls.__name__}: {exc}") from None
 
 

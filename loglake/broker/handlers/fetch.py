@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
-from loglake.broker.partition import Partition
 from loglake.errors import LoglakeError, OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
+    from loglake.broker.partition import Partition
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1

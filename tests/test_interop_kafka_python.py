@@ -1,0 +1,85 @@
+"""Interop with kafka-python (pure Python client): produce, consume, codecs, offsets, admin."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
+
+
+@pytest.fixture
+def admin(cluster):
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    yield client
+    client.close()
+
+
+def _read_all(bootstrap, topic, partition, count, **kwargs):
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             consumer_timeout_ms=10_000, **kwargs)
+    tp = TopicPartition(topic, partition)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    got = []
+    for msg in consumer:
+        got.append(msg)
+        if len(got) >= count:
+            break
+    consumer.close()
+    return got
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_round_trip_with_codec(cluster, admin, topic_name, codec):
+    admin.create_topics([NewTopic(topic_name, num_partitions=2, replication_factor=1)])
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers,
+                             compression_type=codec, linger_ms=5, acks="all")
+    records = [
+        (b"key", b"value", []),
+        (None, b"no key", []),
+        (b"dead", None, []),
+        (b"h", b"headers", [("a", b"1"), ("b", b"")]),
+    ]
+    for key, value, headers in records:
+        producer.send(topic_name, key=key, value=value, headers=headers, partition=1)
+    producer.flush(15)
+    producer.close()
+    got = _read_all(cluster.bootstrap_servers, topic_name, 1, len(records))
+    assert [(m.key, m.value) for m in got] == [(k, v) for k, v, _ in records]
+    assert [list(m.headers) for m in got][3] == [("a", b"1"), ("b", b"")]
+    assert [m.offset for m in got] == [0, 1, 2, 3]
+
+
+def test_offsets_for_times_end_offsets(cluster, admin, topic_name):
+    admin.create_topics([NewTopic(topic_name, num_partitions=1, replication_factor=1)])
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers)
+    base = int(time.time() * 1000) - 50_000
+    for i in range(5):
+        producer.send(topic_name, value=b"%d" % i, partition=0, timestamp_ms=base + i * 10)
+        producer.flush(10)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers)
+    tp = TopicPartition(topic_name, 0)
+    found = consumer.offsets_for_times({tp: base + 15})
+    assert found[tp].offset == 2 and found[tp].timestamp == base + 20
+    assert consumer.beginning_offsets([tp])[tp] == 0
+    assert consumer.end_offsets([tp])[tp] == 5
+    consumer.close()
+
+
+def test_admin_describe_and_delete(cluster, admin, topic_name):
+    admin.create_topics([NewTopic(topic_name, num_partitions=1, replication_factor=1,
+                                  topic_configs={"cleanup.policy": "compact"})])
+    result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)])
+    entries = {c[0]: c[1] for c in result[0].resources[0][4]}
+    assert entries["cleanup.policy"] == "compact"
+    assert topic_name in admin.list_topics()
+    admin.delete_topics([topic_name])
+    deadline = time.monotonic() + 10
+    while topic_name in admin.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert topic_name not in admin.list_topics()
