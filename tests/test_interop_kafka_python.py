@@ -74,9 +74,14 @@ def test_offsets_for_times_end_offsets(cluster, admin, topic_name):
 def test_admin_describe_and_delete(cluster, admin, topic_name):
     admin.create_topics([NewTopic(topic_name, num_partitions=1, replication_factor=1,
                                   topic_configs={"cleanup.policy": "compact"})])
-    result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)])
-    entries = {c[0]: c[1] for c in result[0].resources[0][4]}
-    assert entries["cleanup.policy"] == "compact"
+    resource = ConfigResource(ConfigResourceType.TOPIC, topic_name)
+    modified = admin.describe_configs([resource])["topic"][topic_name]
+    assert set(modified) == {"cleanup.policy"}  # only the override is "modified"
+    assert modified["cleanup.policy"]["value"] == "compact"
+    assert modified["cleanup.policy"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    everything = admin.describe_configs([resource], config_filter="all")["topic"][topic_name]
+    assert everything["retention.ms"]["value"] == "604800000"
+    assert everything["retention.ms"]["config_source"] == "DEFAULT_CONFIG"
     assert topic_name in admin.list_topics()
     admin.delete_topics([topic_name])
     deadline = time.monotonic() + 10
