@@ -10,17 +10,15 @@ from loglake.errors import LoglakeError
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from loglake import demo
     from loglake.broker import main as broker_main
+    from loglake.client import cli as client_cli
+    from loglake.dev import cli as dev_cli
 
     parser = argparse.ArgumentParser(prog="loglake", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    broker_main.register(commands)
-    for module in ("loglake.dev.cli", "loglake.client.cli"):
-        try:
-            imported = __import__(module, fromlist=["register"])
-        except ImportError:
-            continue
-        imported.register(commands)
+    for module in (demo, dev_cli, client_cli, broker_main):
+        module.register(commands)
     return parser
 
 

@@ -1,8 +1,4 @@
-"""loglake.dev.cluster, .cli and .harness with real ZooKeeper and broker processes.
-
-The end-to-end tests need the broker (``python -m loglake broker start``); they are skipped while
-``loglake.broker.main`` cannot be imported.
-"""
+"""loglake.dev.cluster, .cli and .harness with real ZooKeeper and broker processes."""
 
 from __future__ import annotations
 
@@ -19,18 +15,6 @@ from kazoo.client import KazooClient
 from loglake.dev import cli, cluster, net
 from loglake.dev.errors import ClusterStateError, StartupError
 from loglake.dev.harness import DevCluster, free_port_block
-
-
-def _broker_importable() -> bool:
-    try:
-        import loglake.broker.main  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_broker = pytest.mark.skipif(not _broker_importable(),
-                                  reason="loglake.broker.main is not importable yet")
 
 
 def _run_cli(*argv: str) -> int:
@@ -138,7 +122,6 @@ def test_failed_broker_start_reports_log_and_cleans_up(tmp_path: Path, zookeeper
 # -- end to end ---------------------------------------------------------------------------------
 
 
-@needs_broker
 def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]) -> None:
     data = tmp_path / "cluster"
     with DevCluster(data, brokers=2) as dev:
@@ -185,7 +168,6 @@ def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]
         assert client.exists("/loglake") is not None
 
 
-@needs_broker
 def test_cli_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = str(tmp_path / "cli")
     first = free_port_block(2)

@@ -1,0 +1,178 @@
+"""``loglake dev``: run a local dev cluster (ZooKeeper + brokers) from the command line.
+
+Wiring: the main parser calls :func:`register` with its subparsers; every leaf parser sets
+``handler`` (``args.handler(args) -> int``, the exit code). Handlers print results to stdout and
+errors as one line ``loglake: error: ...`` to stderr, returning 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from loglake.dev import cluster
+from loglake.dev.errors import DevError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``dev`` command and its subcommands to the main parser's ``subparsers``."""
+    dev = subparsers.add_parser(
+        "dev", help="run a local dev cluster (ZooKeeper + brokers)",
+        description="Run a local dev cluster: ZooKeeper and broker processes on 127.0.0.1, "
+                    "with all data, configs and logs under one directory.")
+    commands = dev.add_subparsers(dest="dev_command", metavar="COMMAND", required=True)
+
+    up = commands.add_parser(
+        "up", help="start the cluster (reuses existing data)",
+        description="Start ZooKeeper and brokers; broker N listens on BASE_PORT+N-1 and "
+                    "ZooKeeper on BASE_PORT+1000 unless --zookeeper-port is given.")
+    _data_argument(up)
+    up.add_argument("--brokers", type=_positive, default=1, metavar="N",
+                    help="number of brokers (default: 1)")
+    up.add_argument("--base-port", type=_port, default=cluster.DEFAULT_BASE_PORT, metavar="P",
+                    help=f"port of broker 1 (default: {cluster.DEFAULT_BASE_PORT})")
+    up.add_argument("--zookeepers", type=_positive, default=1, metavar="N",
+                    help="ZooKeeper ensemble size (default: 1)")
+    up.add_argument("--zookeeper-port", type=_port, default=None, metavar="P",
+                    help="first ZooKeeper port (default: base port + 1000)")
+    up.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
+                    type=_key_value, help="extra server.properties line for every broker "
+                                          "(repeatable)")
+    up.add_argument("--timeout", type=float, default=cluster.DEFAULT_START_TIMEOUT_S,
+                    metavar="SECONDS", help="how long to wait for each process to be ready")
+    up.set_defaults(handler=_up)
+
+    status = commands.add_parser("status", help="show the recorded processes")
+    _data_argument(status)
+    status.set_defaults(handler=_status)
+
+    down = commands.add_parser("down", help="stop every process of the cluster (keeps data)")
+    _data_argument(down)
+    down.add_argument("--timeout", type=float, default=cluster.DEFAULT_STOP_TIMEOUT_S,
+                      metavar="SECONDS", help="grace period before SIGKILL")
+    down.set_defaults(handler=_down)
+
+    for name, help_text, handler in (
+        ("start", "start one stopped process again and wait until it answers", _start),
+        ("stop", "stop one process gracefully (SIGTERM, SIGKILL after a grace period)", _stop),
+        ("kill", "kill one process (SIGKILL)", _kill),
+        ("pause", "freeze one process (SIGSTOP)", _pause),
+        ("resume", "unfreeze a paused process (SIGCONT)", _resume),
+    ):
+        sub = commands.add_parser(name, help=help_text)
+        _data_argument(sub)
+        target = sub.add_mutually_exclusive_group(required=True)
+        target.add_argument("--broker", type=_positive, metavar="ID", help="broker id")
+        target.add_argument("--zookeeper", type=_positive, metavar="N",
+                            help="ZooKeeper member (1 for a single server)")
+        sub.set_defaults(handler=handler)
+
+
+def _data_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, required=True, metavar="DIR",
+                        help="cluster directory (data, configs, logs, state)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value}")
+    return value
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def _fail(message: str) -> int:
+    print(f"loglake: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _guarded(handler: Handler) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except DevError as exc:
+            return _fail(exc.one_line())
+        except (OSError, ValueError) as exc:
+            return _fail(" ".join(str(exc).split()))
+        except KeyboardInterrupt:
+            return _fail("interrupted")
+
+    run.__doc__ = handler.__doc__
+    return run
+
+
+@_guarded
+def _up(args: argparse.Namespace) -> int:
+    info = cluster.up(args.data, brokers=args.brokers, base_port=args.base_port,
+                      zookeeper_port=args.zookeeper_port, zookeepers=args.zookeepers,
+                      broker_overrides=dict(args.broker_config) or None, timeout=args.timeout)
+    for line in info.summary_lines():
+        print(line)
+    return 0
+
+
+@_guarded
+def _status(args: argparse.Namespace) -> int:
+    rows = cluster.status(args.data)
+    print(f"{'ROLE':<10} {'ID':>3} {'PID':>8} {'PORT':>6}  STATE")
+    for row in rows:
+        print(f"{row.role:<10} {row.id:>3} {row.pid:>8} {row.port:>6}  "
+              f"{'paused' if row.paused else 'running' if row.alive else 'stopped'}")
+    return 0
+
+
+@_guarded
+def _down(args: argparse.Namespace) -> int:
+    cluster.down(args.data, timeout=args.timeout)
+    return 0
+
+
+def _target(args: argparse.Namespace) -> tuple[cluster.Role, int]:
+    return ("broker", args.broker) if args.broker is not None else ("zookeeper", args.zookeeper)
+
+
+@_guarded
+def _start(args: argparse.Namespace) -> int:
+    cluster.start_process(args.data, *_target(args))
+    return 0
+
+
+@_guarded
+def _stop(args: argparse.Namespace) -> int:
+    cluster.stop_process(args.data, *_target(args))
+    return 0
+
+
+@_guarded
+def _kill(args: argparse.Namespace) -> int:
+    cluster.kill_process(args.data, *_target(args))
+    return 0
+
+
+@_guarded
+def _pause(args: argparse.Namespace) -> int:
+    cluster.pause_process(args.data, *_target(args))
+    return 0
+
+
+@_guarded
+def _resume(args: argparse.Namespace) -> int:
+    cluster.resume_process(args.data, *_target(args))
+    return 0

@@ -1,0 +1,556 @@
+"""The embedded dev cluster: ZooKeeper plus N broker processes on loopback, rooted in one directory.
+
+Layout of a cluster directory ``DIR`` (data persists across ``down``/``up``)::
+
+    DIR/dev-cluster.json                 what is running: role, id, pid, start time, port, command
+    DIR/dev-cluster.lock                 flock held while a command changes the cluster
+    DIR/zookeeper/node-<n>/              ZooKeeper member n (conf/, data/; see dev.zookeeper)
+    DIR/broker-<id>/server.properties    written by ``up`` on every start
+    DIR/broker-<id>/data/                the broker's log.dirs
+    DIR/logs/zookeeper-<n>.log, DIR/logs/broker-<id>.log   stdout+stderr of each process
+
+Ports: broker ``id`` (1..N) listens on ``base_port + id - 1``. ZooKeeper's first port defaults to
+``base_port + 1000`` (so 10092 for the default 9092); a 1-node ZooKeeper uses just that port, an
+ensemble member ``n`` uses three ports from ``first + 3(n-1)`` (client, quorum, election). Two
+dev clusters do not collide when their base ports differ by at least
+``max(brokers, 3 * zookeepers)``. Brokers reach ZooKeeper under the chroot ``/loglake``.
+
+State file protocol: ``dev-cluster.json`` is replaced atomically (temp file, fsync, rename, fsync
+directory) after every process is started or restarted, so a crash of ``up`` itself still leaves
+a record that ``down`` can act on. Processes are identified by pid *and* /proc start time (see
+:mod:`loglake.dev.process`): nothing here ever signals a process it did not start.
+
+Concurrency: every changing operation holds ``dev-cluster.lock`` (non-blocking flock); a second
+``loglake dev`` command on the same directory fails fast instead of interleaving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import loglake
+from loglake.dev import net, process
+from loglake.dev.errors import ClusterStateError, DevError, StartupError
+from loglake.dev.process import ProcessHandle
+from loglake.dev.zookeeper import ZooKeeperServer, ensemble_peers
+
+Role = Literal["broker", "zookeeper"]
+
+STATE_FILE = "dev-cluster.json"
+LOCK_FILE = "dev-cluster.lock"
+STATE_FORMAT = 1
+
+DEFAULT_BASE_PORT = 9092
+ZOOKEEPER_PORT_OFFSET = 1000
+"""Default first ZooKeeper port = base port + this."""
+
+CHROOT = "/loglake"
+"""ZooKeeper chroot the brokers of a dev cluster use."""
+
+DEFAULT_START_TIMEOUT_S = 30.0
+DEFAULT_STOP_TIMEOUT_S = 20.0
+PAUSE_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    """One recorded process of a dev cluster; ``alive`` is checked against pid + start time,
+    ``paused`` means alive but stopped by SIGSTOP."""
+
+    role: Role
+    id: int
+    pid: int
+    port: int
+    alive: bool
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What ``up`` started (or what the state file records)."""
+
+    data_dir: Path
+    broker_ports: tuple[int, ...]
+    zookeeper_ports: tuple[int, ...]
+    chroot: str = CHROOT
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{net.LOOPBACK}:{port}" for port in self.broker_ports)
+
+    @property
+    def zookeeper_hosts(self) -> str:
+        """Connection string without the chroot."""
+        return ",".join(f"{net.LOOPBACK}:{port}" for port in self.zookeeper_ports)
+
+    @property
+    def zookeeper_connect(self) -> str:
+        """Connection string with the brokers' chroot (what ``zookeeper.connect`` holds)."""
+        return self.zookeeper_hosts + self.chroot
+
+    def summary_lines(self) -> list[str]:
+        """What ``loglake dev up`` prints."""
+        return [f"bootstrap.servers={self.bootstrap_servers}",
+                f"zookeeper={self.zookeeper_hosts}"]
+
+
+# -- state file ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Entry:
+    role: Role
+    id: int
+    port: int
+    command: list[str]
+    log: str
+    env: dict[str, str]
+    pid: int = 0
+    start_time: int = -1
+
+    @property
+    def handle(self) -> ProcessHandle:
+        return ProcessHandle(self.pid, self.start_time)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.id}"
+
+    def alive(self) -> bool:
+        return self.pid > 0 and process.is_alive(self.handle)
+
+    def status(self) -> ProcessStatus:
+        alive = self.alive()
+        paused = alive and process.run_state(self.handle) in ("T", "t")
+        return ProcessStatus(self.role, self.id, self.pid, self.port, alive, paused=paused)
+
+
+@dataclass
+class _State:
+    data_dir: Path
+    chroot: str
+    entries: list[_Entry]
+
+    def of(self, role: Role) -> list[_Entry]:
+        return [entry for entry in self.entries if entry.role == role]
+
+    def find(self, role: Role, ident: int) -> _Entry:
+        for entry in self.entries:
+            if entry.role == role and entry.id == ident:
+                return entry
+        known = ", ".join(str(entry.id) for entry in self.of(role)) or "none"
+        raise ClusterStateError(f"the dev cluster in {self.data_dir} has no {role} {ident} "
+                                f"(known: {known})")
+
+    def info(self) -> ClusterInfo:
+        return ClusterInfo(self.data_dir, tuple(e.port for e in self.of("broker")),
+                           tuple(e.port for e in self.of("zookeeper")), self.chroot)
+
+    def save(self) -> None:
+        document = {
+            "format": STATE_FORMAT,
+            "chroot": self.chroot,
+            "processes": [entry.__dict__ for entry in self.entries],
+        }
+        write_durably(self.data_dir / STATE_FILE, json.dumps(document, indent=2) + "\n")
+
+
+def _load_state(data_dir: Path) -> _State | None:
+    path = data_dir / STATE_FILE
+    try:
+        document: dict[str, Any] = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ClusterStateError(f"cannot read {path}: {exc}",
+                                hint="if no dev cluster runs there, delete the file") from exc
+    if document.get("format") != STATE_FORMAT:
+        raise ClusterStateError(f"{path} has unknown format {document.get('format')!r}")
+    entries = [_Entry(**raw) for raw in document["processes"]]
+    return _State(data_dir, document["chroot"], entries)
+
+
+def _require_state(data_dir: Path) -> _State:
+    state = _load_state(data_dir)
+    if state is None:
+        raise ClusterStateError(f"no dev cluster recorded in {data_dir} (no {STATE_FILE})",
+                                hint=f"start one with `loglake dev up --data {data_dir}`")
+    return state
+
+
+def write_durably(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` crash-safely.
+
+    1. write ``.<name>.tmp`` in the same directory and fsync it;
+    2. rename it over ``path`` (atomic: readers see the old or the new file, never a mix);
+    3. fsync the directory so the rename itself survives a power loss.
+    A crash before 2 leaves the old file (and a stray temp file, overwritten next time).
+    """
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def _locked(data_dir: Path, *, create: bool = False) -> Iterator[None]:
+    if create:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    elif not data_dir.is_dir():
+        raise ClusterStateError(f"no dev cluster recorded in {data_dir} (no such directory)")
+    with open(data_dir / LOCK_FILE, "a") as lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ClusterStateError(f"another loglake dev command is working on {data_dir}",
+                                    hint="wait for it to finish") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+# -- starting -------------------------------------------------------------------------------------
+
+
+def broker_properties(data_dir: Path, broker_id: int, port: int, zookeeper_connect: str,
+                      overrides: Mapping[str, str] | None = None) -> str:
+    """The ``server.properties`` text of one dev broker (overrides win over our defaults)."""
+    settings = {
+        "broker.id": str(broker_id),
+        "listeners": f"PLAINTEXT://{net.LOOPBACK}:{port}",
+        "log.dirs": str(data_dir / f"broker-{broker_id}" / "data"),
+        "zookeeper.connect": zookeeper_connect,
+    }
+    settings.update(overrides or {})
+    lines = ["# Written by `loglake dev up`; rewritten on every start."]
+    lines += [f"{key}={value}" for key, value in settings.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _broker_env() -> dict[str, str]:
+    """Extra environment of a broker: our package first on PYTHONPATH (works from a checkout
+    without installing) and unbuffered output (log tails show the latest lines)."""
+    package_root = str(Path(loglake.__file__).resolve().parent.parent)
+    existing = os.environ.get("PYTHONPATH")
+    pythonpath = package_root if not existing else f"{package_root}{os.pathsep}{existing}"
+    return {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
+
+
+def _spawn(state: _State, entry: _Entry) -> None:
+    """Start ``entry``'s command detached and record the new pid durably."""
+    if not net.port_is_free(entry.port):
+        raise StartupError(f"cannot start {entry.name}: port {entry.port} is in use",
+                           hint="stop whatever listens there or choose another base port")
+    handle = process.spawn_detached(entry.command, log_path=Path(entry.log),
+                                    env={**os.environ, **entry.env})
+    entry.pid, entry.start_time = handle.pid, handle.start_time
+    state.save()
+
+
+def _ready(entry: _Entry) -> bool:
+    if entry.role == "broker":
+        return net.kafka_api_versions_ok(entry.port)
+    return net.zookeeper_is_serving(entry.port)
+
+
+def _wait_ready(entries: Sequence[_Entry], timeout: float) -> None:
+    """Return once every entry answers its readiness probe (ApiVersions for brokers, ``srvr``
+    for ZooKeeper). Raises StartupError with the log tail if one exits first or ``timeout``
+    seconds pass; stops nothing itself."""
+    pending = list(entries)
+    deadline = time.monotonic() + timeout
+    while pending:
+        for entry in list(pending):
+            if not entry.alive():
+                code = process.exit_status(entry.pid)
+                status = "" if code is None else f" with exit code {code}"
+                raise StartupError(f"{entry.name} (pid {entry.pid}) exited during startup{status}",
+                                   log_path=Path(entry.log),
+                                   log_tail=process.log_tail(Path(entry.log)))
+            if _ready(entry):
+                pending.remove(entry)
+        if pending and time.monotonic() >= deadline:
+            entry = pending[0]
+            what = "answer ApiVersions" if entry.role == "broker" else "serve clients"
+            raise StartupError(
+                f"{entry.name} (pid {entry.pid}) did not {what} on port {entry.port} "
+                f"within {timeout:g}s", log_path=Path(entry.log),
+                log_tail=process.log_tail(Path(entry.log)))
+        if pending:
+            time.sleep(0.1)
+
+
+def _ensure_chroot(hosts: str, chroot: str, timeout: float) -> None:
+    """Create the brokers' chroot znode so brokers can connect under it."""
+    from kazoo.client import KazooClient  # heavy import, only needed here
+
+    client = KazooClient(hosts=hosts, timeout=timeout)
+    try:
+        client.start(timeout=timeout)
+        client.ensure_path(chroot)
+    except Exception as exc:
+        raise StartupError(f"cannot create the chroot {chroot} in ZooKeeper at {hosts}: {exc}"
+                           ) from exc
+    finally:
+        client.stop()
+        client.close()
+
+
+def _zookeeper_servers(data_dir: Path, first_port: int, count: int) -> list[ZooKeeperServer]:
+    """The ZooKeeper members of a dev cluster: standalone for one, a loopback ensemble else."""
+    if count == 1:
+        return [ZooKeeperServer(data_dir / "zookeeper" / "node-1", client_port=first_port,
+                                log_path=data_dir / "logs" / "zookeeper-1.log")]
+    peers = ensemble_peers(first_port, count)
+    return [ZooKeeperServer(data_dir / "zookeeper" / f"node-{peer.server_id}",
+                            client_port=peer.client_port, server_id=peer.server_id, peers=peers,
+                            log_path=data_dir / "logs" / f"zookeeper-{peer.server_id}.log")
+            for peer in peers]
+
+
+def up(
+    data_dir: Path,
+    *,
+    brokers: int = 1,
+    base_port: int = DEFAULT_BASE_PORT,
+    zookeeper_port: int | None = None,
+    zookeepers: int = 1,
+    broker_overrides: dict[str, str] | None = None,
+    timeout: float = DEFAULT_START_TIMEOUT_S,
+) -> ClusterInfo:
+    """Start ZooKeeper (``zookeepers`` members) and ``brokers`` brokers rooted in ``data_dir``.
+
+    Returns once every ZooKeeper member serves clients and every broker answers ApiVersions, each
+    wait bounded by ``timeout`` seconds. Existing data in ``data_dir`` is reused. Refuses
+    (:class:`ClusterStateError`) if processes recorded in ``data_dir`` still run, and
+    (:class:`StartupError`) if a port is taken. If anything fails or is interrupted, every
+    process this call started is stopped (brokers first), the state file is removed, and the
+    error (with the failing process's log tail) propagates.
+    """
+    if brokers < 1 or zookeepers < 1:
+        raise ValueError("a dev cluster needs at least one broker and one ZooKeeper")
+    data_dir = Path(data_dir).absolute()
+    with _locked(data_dir, create=True):
+        previous = _load_state(data_dir)
+        if previous is not None:
+            running = [entry for entry in previous.entries if entry.alive()]
+            if running:
+                pids = ", ".join(f"{entry.name} pid {entry.pid}" for entry in running)
+                raise ClusterStateError(
+                    f"a dev cluster is already running in {data_dir} ({pids})",
+                    hint=f"stop it first: loglake dev down --data {data_dir}")
+
+        first_zk_port = base_port + ZOOKEEPER_PORT_OFFSET if zookeeper_port is None \
+            else zookeeper_port
+        servers = _zookeeper_servers(data_dir, first_zk_port, zookeepers)
+        zk_commands = [server.command() for server in servers]  # fails early without java
+        wanted = [base_port + index for index in range(brokers)]
+        wanted += [server.client_port for server in servers]
+        wanted += [port for peer in servers[0].peers for port in (peer.peer_port,
+                                                                  peer.election_port)]
+        busy = [port for port in wanted if not net.port_is_free(port)]
+        if busy:
+            raise StartupError(f"ports already in use: {', '.join(map(str, busy))}",
+                               hint="stop what listens there or pick another --base-port")
+
+        state = _State(data_dir, CHROOT, [])
+        try:
+            zk_entries = []
+            for server, command in zip(servers, zk_commands, strict=True):
+                server.write_config()
+                entry = _Entry("zookeeper", server.server_id, server.client_port, command,
+                               str(server.log_path), {})
+                state.entries.append(entry)
+                zk_entries.append(entry)
+                _spawn(state, entry)
+            _wait_ready(zk_entries, timeout)
+            info = state.info()
+            _ensure_chroot(info.zookeeper_hosts, CHROOT, timeout)
+
+            broker_entries = []
+            for broker_id in range(1, brokers + 1):
+                port = base_port + broker_id - 1
+                config_path = data_dir / f"broker-{broker_id}" / "server.properties"
+                (data_dir / f"broker-{broker_id}" / "data").mkdir(parents=True, exist_ok=True)
+                write_durably(config_path, broker_properties(
+                    data_dir, broker_id, port, info.zookeeper_connect, broker_overrides))
+                command = [sys.executable, "-m", "loglake", "broker", "start",
+                           "--config", str(config_path)]
+                entry = _Entry("broker", broker_id, port, command,
+                               str(data_dir / "logs" / f"broker-{broker_id}.log"), _broker_env())
+                state.entries.append(entry)
+                broker_entries.append(entry)
+                _spawn(state, entry)
+            _wait_ready(broker_entries, timeout)
+        except BaseException:
+            _stop_all(state, timeout=5.0)
+            (data_dir / STATE_FILE).unlink(missing_ok=True)
+            raise
+        return state.info()
+
+
+# -- inspecting and stopping --------------------------------------------------------------------
+
+
+def info(data_dir: Path) -> ClusterInfo:
+    """Ports and connection strings recorded for the dev cluster in ``data_dir``."""
+    return _require_state(Path(data_dir).absolute()).info()
+
+
+def status(data_dir: Path) -> list[ProcessStatus]:
+    """Every recorded process (ZooKeeper first, then brokers) and whether it is alive."""
+    return [entry.status() for entry in _require_state(Path(data_dir).absolute()).entries]
+
+
+def _stop_all(state: _State, *, timeout: float) -> None:
+    """SIGTERM brokers, wait ``timeout`` s, SIGKILL stragglers; then the same for ZooKeeper."""
+    roles: tuple[Role, ...] = ("broker", "zookeeper")
+    for role in roles:
+        handles = [entry.handle for entry in state.of(role) if entry.pid > 0]
+        process.terminate(handles, grace=timeout)
+
+
+def down(data_dir: Path, *, timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+    """Stop exactly the processes recorded in ``data_dir`` and remove the state file.
+
+    Brokers first (SIGTERM, up to ``timeout`` s, then SIGKILL), then ZooKeeper the same way;
+    a recorded pid whose start time no longer matches is left alone. Returns when all recorded
+    processes are gone. Data is kept. Raises :class:`ClusterStateError` if nothing is recorded.
+    """
+    data_dir = Path(data_dir).absolute()
+    with _locked(data_dir):
+        state = _require_state(data_dir)
+        _stop_all(state, timeout=timeout)
+        (data_dir / STATE_FILE).unlink()
+
+
+# -- single-process controls (fault injection) --------------------------------------------------
+
+
+def start_process(data_dir: Path, role: Role, ident: int, *, wait: bool = True,
+                  timeout: float = DEFAULT_START_TIMEOUT_S) -> ProcessStatus:
+    """Start a stopped/killed member again with its recorded command; with ``wait``, return
+    once it answers its probe (``timeout`` s bound; on failure it is killed and StartupError
+    raised). Refuses if it is still running (a paused process counts as running)."""
+    data_dir = Path(data_dir).absolute()
+    with _locked(data_dir):
+        state = _require_state(data_dir)
+        entry = state.find(role, ident)
+        if entry.alive():
+            raise ClusterStateError(f"{entry.name} is already running (pid {entry.pid})")
+        _spawn(state, entry)
+        if wait:
+            try:
+                _wait_ready([entry], timeout)
+            except StartupError:
+                process.kill([entry.handle])
+                raise
+        return entry.status()
+
+
+def stop_process(data_dir: Path, role: Role, ident: int, *,
+                 timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+    """SIGTERM (then SIGCONT, in case it is paused) one recorded process, SIGKILL it after
+    ``timeout`` s; return when it is gone. No-op if it is not running."""
+    entry = _require_state(Path(data_dir).absolute()).find(role, ident)
+    process.terminate([entry.handle], grace=timeout)
+
+
+def kill_process(data_dir: Path, role: Role, ident: int) -> None:
+    """SIGKILL one recorded process and return when it is gone. No-op if it is not running."""
+    entry = _require_state(Path(data_dir).absolute()).find(role, ident)
+    process.kill([entry.handle])
+
+
+def pause_process(data_dir: Path, role: Role, ident: int) -> None:
+    """SIGSTOP one recorded process; return once the kernel reports it stopped (bounded).
+
+    Its sockets stay open, so peers see a hung process, not a closed connection.
+    """
+    entry = _require_state(Path(data_dir).absolute()).find(role, ident)
+    if not process.send_signal(entry.handle, signal.SIGSTOP):
+        raise ClusterStateError(f"{entry.name} is not running")
+    deadline = time.monotonic() + PAUSE_WAIT_S
+    while process.run_state(entry.handle) not in ("T", "t", None):
+        if time.monotonic() >= deadline:
+            raise DevError(f"{entry.name} (pid {entry.pid}) did not stop after SIGSTOP")
+        time.sleep(process.POLL_INTERVAL_S)
+
+
+def resume_process(data_dir: Path, role: Role, ident: int) -> None:
+    """SIGCONT one recorded process (undoes :func:`pause_process`)."""
+    entry = _require_state(Path(data_dir).absolute()).find(role, ident)
+    if not process.send_signal(entry.handle, signal.SIGCONT):
+        raise ClusterStateError(f"{entry.name} is not running")
+
+
+def start_broker(data_dir: Path, broker_id: int, *, wait: bool = True,
+                 timeout: float = DEFAULT_START_TIMEOUT_S) -> ProcessStatus:
+    """Start broker ``broker_id`` again; see :func:`start_process`."""
+    return start_process(data_dir, "broker", broker_id, wait=wait, timeout=timeout)
+
+
+def stop_broker(data_dir: Path, broker_id: int, *,
+                timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+    """Gracefully stop broker ``broker_id``; see :func:`stop_process`."""
+    stop_process(data_dir, "broker", broker_id, timeout=timeout)
+
+
+def kill_broker(data_dir: Path, broker_id: int) -> None:
+    """SIGKILL broker ``broker_id``; see :func:`kill_process`."""
+    kill_process(data_dir, "broker", broker_id)
+
+
+def pause_broker(data_dir: Path, broker_id: int) -> None:
+    """SIGSTOP broker ``broker_id``; see :func:`pause_process`."""
+    pause_process(data_dir, "broker", broker_id)
+
+
+def resume_broker(data_dir: Path, broker_id: int) -> None:
+    """SIGCONT broker ``broker_id``; see :func:`resume_process`."""
+    resume_process(data_dir, "broker", broker_id)
+
+
+def start_zookeeper(data_dir: Path, node: int = 1, *, wait: bool = True,
+                    timeout: float = DEFAULT_START_TIMEOUT_S) -> ProcessStatus:
+    """Start ZooKeeper member ``node`` again; see :func:`start_process`."""
+    return start_process(data_dir, "zookeeper", node, wait=wait, timeout=timeout)
+
+
+def stop_zookeeper(data_dir: Path, node: int = 1, *,
+                   timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+    """Gracefully stop ZooKeeper member ``node``; see :func:`stop_process`."""
+    stop_process(data_dir, "zookeeper", node, timeout=timeout)
+
+
+def kill_zookeeper(data_dir: Path, node: int = 1) -> None:
+    """SIGKILL ZooKeeper member ``node``; see :func:`kill_process`."""
+    kill_process(data_dir, "zookeeper", node)
+
+
+def pause_zookeeper(data_dir: Path, node: int = 1) -> None:
+    """SIGSTOP ZooKeeper member ``node``; see :func:`pause_process`."""
+    pause_process(data_dir, "zookeeper", node)
+
+
+def resume_zookeeper(data_dir: Path, node: int = 1) -> None:
+    """SIGCONT ZooKeeper member ``node``; see :func:`resume_process`."""
+    resume_process(data_dir, "zookeeper", node)

@@ -1,0 +1,213 @@
+"""Test harness: real ZooKeeper and broker processes with named faults, for pytest.
+
+Usage in a test module or conftest::
+
+    from loglake.dev.harness import DevCluster, zookeeper
+
+    @pytest.fixture
+    def cluster(tmp_path):
+        with DevCluster(tmp_path / "cluster", brokers=3) as dev:
+            yield dev            # dev.bootstrap_servers, dev.kill_broker(2), ...
+
+    @pytest.fixture
+    def zk(tmp_path):
+        with zookeeper(tmp_path / "zk") as server:
+            yield server          # server.hosts == "127.0.0.1:<port>"
+
+Ports come from :func:`free_port_block` unless given, so tests can run next to a developer's own
+dev cluster and next to each other. Cleanup (``__exit__``) stops exactly the processes this
+harness started (pid + start time, via the cluster's state file), paused ones included, and
+keeps the directory so a failing test's logs can be read (:meth:`DevCluster.broker_log`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+from loglake.dev import cluster
+from loglake.dev.cluster import ClusterInfo, ProcessStatus
+from loglake.dev.errors import ClusterStateError
+from loglake.dev.net import free_port_block
+from loglake.dev.zookeeper import DEFAULT_TICK_TIME_MS, ZooKeeperServer
+
+__all__ = ["DevCluster", "free_port_block", "zookeeper"]
+
+TEST_BROKER_DEFAULTS: dict[str, str] = {"zookeeper.session.timeout.ms": "6000"}
+"""Broker settings the harness applies unless overridden: a killed broker's ephemeral znode
+expires after 6 s instead of Kafka's 18 s, so kill-and-restart tests do not wait that long
+(ZooKeeper's default tickTime of 2 s allows sessions of 4 to 40 s)."""
+
+
+class DevCluster:
+    """A dev cluster for one test: ``up`` on enter, ``down`` on exit, faults in between.
+
+    Brokers get :data:`TEST_BROKER_DEFAULTS` unless ``broker_overrides`` says otherwise.
+
+    Not thread-safe: drive it from the test's thread.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        brokers: int = 1,
+        base_port: int | None = None,
+        zookeepers: int = 1,
+        zookeeper_port: int | None = None,
+        broker_overrides: dict[str, str] | None = None,
+        start_timeout: float = cluster.DEFAULT_START_TIMEOUT_S,
+        stop_timeout: float = cluster.DEFAULT_STOP_TIMEOUT_S,
+    ) -> None:
+        zk_ports = 1 if zookeepers == 1 else 3 * zookeepers
+        if base_port is None or zookeeper_port is None:
+            # one block for everything, so the broker and ZooKeeper ranges cannot overlap
+            first = free_port_block(brokers + zk_ports)
+            base_port = first if base_port is None else base_port
+            zookeeper_port = first + brokers if zookeeper_port is None else zookeeper_port
+        self.data_dir = Path(data_dir).absolute()
+        self.brokers = brokers
+        self.base_port = base_port
+        self.zookeepers = zookeepers
+        self.zookeeper_port = zookeeper_port
+        self.broker_overrides = {**TEST_BROKER_DEFAULTS, **(broker_overrides or {})}
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self._info: ClusterInfo | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> DevCluster:
+        """Start ZooKeeper and all brokers; return once every one answers (see cluster.up)."""
+        self._info = cluster.up(
+            self.data_dir, brokers=self.brokers, base_port=self.base_port,
+            zookeeper_port=self.zookeeper_port, zookeepers=self.zookeepers,
+            broker_overrides=self.broker_overrides or None, timeout=self.start_timeout)
+        return self
+
+    def stop(self) -> None:
+        """Stop every process this harness started (brokers, then ZooKeeper); keep the data."""
+        if self._info is not None:
+            self._info = None
+            with contextlib.suppress(ClusterStateError):  # already down
+                cluster.down(self.data_dir, timeout=self.stop_timeout)
+
+    def __enter__(self) -> DevCluster:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- connection strings ---------------------------------------------------------------------
+
+    @property
+    def info(self) -> ClusterInfo:
+        if self._info is None:
+            raise ClusterStateError("the dev cluster is not started")
+        return self._info
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>,...`` of all brokers."""
+        return self.info.bootstrap_servers
+
+    @property
+    def zookeeper_hosts(self) -> str:
+        """ZooKeeper connection string without chroot (the whole tree)."""
+        return self.info.zookeeper_hosts
+
+    @property
+    def zookeeper_connect(self) -> str:
+        """ZooKeeper connection string with the brokers' chroot (what brokers use)."""
+        return self.info.zookeeper_connect
+
+    @property
+    def chroot(self) -> str:
+        return self.info.chroot
+
+    def broker_port(self, broker_id: int) -> int:
+        return self.info.broker_ports[broker_id - 1]
+
+    def status(self) -> list[ProcessStatus]:
+        return cluster.status(self.data_dir)
+
+    def broker_log(self, broker_id: int) -> str:
+        """Everything broker ``broker_id`` wrote to stdout/stderr so far (all its runs)."""
+        return self._log(f"broker-{broker_id}.log")
+
+    def zookeeper_log(self, node: int = 1) -> str:
+        return self._log(f"zookeeper-{node}.log")
+
+    def _log(self, name: str) -> str:
+        path = self.data_dir / "logs" / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def kill_broker(self, broker_id: int) -> None:
+        """SIGKILL the broker; returns when the process is gone (no graceful shutdown)."""
+        cluster.kill_broker(self.data_dir, broker_id)
+
+    def stop_broker(self, broker_id: int) -> None:
+        """SIGTERM the broker (SIGKILL after the stop timeout); returns when it is gone."""
+        cluster.stop_broker(self.data_dir, broker_id, timeout=self.stop_timeout)
+
+    def start_broker(self, broker_id: int) -> None:
+        """Start a stopped/killed broker; returns once it answers ApiVersions."""
+        cluster.start_broker(self.data_dir, broker_id, timeout=self.start_timeout)
+
+    def restart_broker(self, broker_id: int) -> None:
+        """Stop the broker if it runs (gracefully, even if paused), start it, wait until it
+        answers ApiVersions."""
+        self.stop_broker(broker_id)
+        self.start_broker(broker_id)
+
+    def pause_broker(self, broker_id: int) -> None:
+        """SIGSTOP the broker: connections stay open but nothing is answered."""
+        cluster.pause_broker(self.data_dir, broker_id)
+
+    def resume_broker(self, broker_id: int) -> None:
+        cluster.resume_broker(self.data_dir, broker_id)
+
+    def kill_zookeeper(self, node: int = 1) -> None:
+        cluster.kill_zookeeper(self.data_dir, node)
+
+    def stop_zookeeper(self, node: int = 1) -> None:
+        cluster.stop_zookeeper(self.data_dir, node, timeout=self.stop_timeout)
+
+    def start_zookeeper(self, node: int = 1) -> None:
+        """Start a stopped ZooKeeper member; returns once it serves clients."""
+        cluster.start_zookeeper(self.data_dir, node, timeout=self.start_timeout)
+
+    def restart_zookeeper(self, node: int = 1) -> None:
+        self.stop_zookeeper(node)
+        self.start_zookeeper(node)
+
+    def pause_zookeeper(self, node: int = 1) -> None:
+        cluster.pause_zookeeper(self.data_dir, node)
+
+    def resume_zookeeper(self, node: int = 1) -> None:
+        cluster.resume_zookeeper(self.data_dir, node)
+
+
+@contextlib.contextmanager
+def zookeeper(
+    directory: Path, *, port: int | None = None, tick_time_ms: int = DEFAULT_TICK_TIME_MS,
+    timeout: float = 30.0,
+) -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper on a free port (or ``port``) for the ``with`` block.
+
+    Yields once it serves clients; on exit stops the JVM it started (SIGTERM, then SIGKILL).
+    """
+    server = ZooKeeperServer(Path(directory), client_port=port or free_port_block(1),
+                             tick_time_ms=tick_time_ms)
+    server.start(timeout=timeout)
+    try:
+        yield server
+    finally:
+        server.stop()
