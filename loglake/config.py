@@ -81,7 +81,9 @@ class ConfigKey:
         elif self.check is not None:
             problem = self.check(value)
         if problem:
-            raise InvalidConfigError(f"Invalid value {raw} for configuration {self.name}: {problem}")
+            raise InvalidConfigError(
+                f"Invalid value {raw} for configuration {self.name}: {problem}"
+            )
 
 
 def _number(value: float) -> str:

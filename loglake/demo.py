@@ -21,7 +21,7 @@ TOPIC = "demo.clicks"
 PARTITIONS = 3
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="run the end-to-end demo on a local cluster")
     parser.add_argument("--data", type=Path, default=Path("demo-data"),
                         help="cluster data directory (default: ./demo-data)")

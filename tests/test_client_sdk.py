@@ -157,7 +157,7 @@ def test_round_trip_each_codec(
     assert [r.offset for r in reports] == list(range(len(SAMPLES)))
     assert {r.partition for r in reports} == {1}
 
-    records = read_all(bootstrap, topic_name, len(SAMPLES) + 1, partitions=[1])
+    records = read_all(bootstrap, topic_name, len(SAMPLES), partitions=[1])
     assert records == [
         Record(
             topic=topic_name,

@@ -129,6 +129,16 @@ def test_failed_validation_writes_nothing(tmp_path: Path) -> None:
     log.close()
 
 
+def test_append_with_pre_parsed_headers(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    request = make_batch(2) + make_batch(3)
+    result = log.append(request, headers=batch.parse_batches(request))
+    assert (result.base_offset, result.last_offset) == (0, 4)
+    with pytest.raises(InvalidRecordError):
+        log.append(request, headers=[])
+    log.close()
+
+
 def test_create_time_bounds(tmp_path: Path) -> None:
     clock = FakeClock()
     log = open_log(

@@ -81,7 +81,7 @@ class Broker:
         for partition in self.partitions.values():
             try:
                 partition.close()
-            except Exception:  # noqa: BLE001 - keep closing the others
+            except Exception:
                 log.exception("closing %s-%d failed", partition.topic, partition.index)
         self.partitions.clear()
         await self.zk_call(self.catalog.stop)
@@ -161,9 +161,7 @@ class Broker:
             self.topics[name] = meta
             if first_time:
                 self.topic_ids[name] = self._topic_id(name)
-                self.catalog.watch_topic_config(
-                    name, lambda _cfg, topic=name: self._schedule_config(topic)
-                )
+                self.catalog.watch_topic_config(name, self._config_watcher(name))
             self._apply_config(name, meta.configs)
             for index, replicas in meta.assignment.items():
                 if self.config.broker_id in replicas and (name, index) not in self.partitions:
@@ -178,6 +176,9 @@ class Broker:
             return uuid.UUID(topic_id) if topic_id else uuid.UUID(int=0)
         except (NoNodeError, ValueError, TypeError):
             return uuid.UUID(int=0)
+
+    def _config_watcher(self, topic: str) -> Callable[[dict[str, str]], None]:
+        return lambda _config: self._schedule_config(topic)
 
     def _schedule_config(self, topic: str) -> None:
         if self._loop is not None:
@@ -240,7 +241,7 @@ class Broker:
             for partition in list(self.partitions.values()):
                 try:
                     partition.log.flush_if_due()
-                except Exception:  # noqa: BLE001 - a failed flush must not stop the loop
+                except Exception:
                     log.exception("flush of %s-%d failed", partition.topic, partition.index)
 
     # ------------------------------------------------------------------ producer ids

@@ -28,15 +28,18 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, get_args, get_origin
 
+from kio._kio_native import get_field_reader
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError as DecodeError
-from kio.serial.readers import read_compact_array_length, read_legacy_array_length
-from kio.serial.readers import read_int8, read_unsigned_varint
+from kio.serial.readers import (
+    read_compact_array_length,
+    read_int8,
+    read_legacy_array_length,
+    read_unsigned_varint,
+)
 from kio.static.constants import EntityType
-
-from kio._kio_native import get_field_reader
 
 E = TypeVar("E")
 
@@ -108,10 +111,10 @@ def decode_request(data: bytes, api_key: int, api_version: int) -> RequestFrame:
     )
 
 
-def read_entity(cls: type[E], data: bytes, offset: int) -> tuple[E, int]:
+def read_entity(cls: Any, data: bytes, offset: int) -> tuple[Any, int]:
     """Read an entity with kio's native reader, falling back to the tolerant reader."""
     try:
-        return entity_reader(cls)(data, offset)  # type: ignore[no-any-return]
+        return entity_reader(cls)(data, offset)
     except KeyError as exc:
         if "Unknown tagged field" not in str(exc):
             raise FrameError(f"cannot decode {cls.__name__}: {exc}") from None
@@ -121,9 +124,9 @@ def read_entity(cls: type[E], data: bytes, offset: int) -> tuple[E, int]:
         raise FrameError(f"cannot decode {cls.__name__}: {exc}") from None
 
 
-def _tolerant(cls: type[E], data: bytes, offset: int) -> tuple[E, int]:
+def _tolerant(cls: Any, data: bytes, offset: int) -> tuple[Any, int]:
     try:
-        return tolerant_reader(cls)(data, offset)  # type: ignore[no-any-return]
+        return tolerant_reader(cls)(data, offset)
     except FrameError:
         raise
     except (DecodeError, KeyError, ValueError, IndexError, OverflowError, UnicodeDecodeError,
@@ -183,8 +186,8 @@ def _field_reader(
     cls: type[Any], field: dataclasses.Field[Any], is_header: bool, is_tag: bool, flexible: bool
 ) -> Reader:
     inner, is_array, optional = _unwrap(field.type)
-    if not dataclasses.is_dataclass(inner):
-        return get_field_reader(cls, field, is_header, is_tag)  # type: ignore[no-any-return]
+    if not _is_entity(inner):
+        return get_field_reader(cls, field, is_header, is_tag)
     if not is_array:
         return tolerant_reader(inner, optional and not is_tag)
     element = tolerant_reader(inner)
@@ -204,6 +207,10 @@ def _field_reader(
         return tuple(items), offset - start
 
     return read_array
+
+
+def _is_entity(annotation: Any) -> bool:
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
 
 
 def _unwrap(annotation: Any) -> tuple[Any, bool, bool]:
@@ -238,7 +245,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: A
     return bytes(frame)
 
 
-def build(cls: type[E], data: Mapping[str, Any]) -> E:
+def build(cls: Any, data: Mapping[str, Any]) -> Any:
     """Build kio entity ``cls`` from a dict tree, keeping only fields this version has.
 
     Nested entities and arrays of entities may be given as dicts/lists of dicts. Fields absent
@@ -250,7 +257,7 @@ def build(cls: type[E], data: Mapping[str, Any]) -> E:
         inner, is_array, optional = _unwrap(field.type)
         if field.name in data:
             value = data[field.name]
-            if dataclasses.is_dataclass(inner) and value is not None:
+            if _is_entity(inner) and value is not None:
                 value = (
                     tuple(_as_entity(inner, v) for v in value)
                     if is_array
@@ -261,9 +268,8 @@ def build(cls: type[E], data: Mapping[str, Any]) -> E:
             elif inner is datetime.timedelta or _is_timedelta(inner):
                 value = value if isinstance(value, datetime.timedelta) else _ms(value)
             values[field.name] = value
-        elif field.default is not dataclasses.MISSING:
-            continue
-        elif field.default_factory is not dataclasses.MISSING:
+        elif (field.default is not dataclasses.MISSING
+              or field.default_factory is not dataclasses.MISSING):
             continue
         else:
             values[field.name] = _neutral(inner, is_array, optional)

@@ -37,7 +37,7 @@ async def run(config: BrokerConfig) -> None:
     log.info("broker %d stopped", config.broker_id)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction) -> None:
     broker = subparsers.add_parser("broker", help="run a broker process")
     commands = broker.add_subparsers(dest="broker_command", required=True)
     start = commands.add_parser("start", help="start a broker in the foreground")

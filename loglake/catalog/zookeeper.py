@@ -3,7 +3,8 @@
 Layout (JSON values, as Kafka writes them)::
 
     /brokers/ids/<id>                                ephemeral {"host","port","rack","version"}
-    /brokers/topics/<topic>                          {"version":3,"topic_id","partitions":{"0":[1,2]}}
+    /brokers/topics/<topic>                          {"version":3,"topic_id",
+                                                      "partitions":{"0":[1,2]}}
     /brokers/topics/<topic>/partitions/<p>/state     {"leader","leader_epoch","isr",
                                                       "controller_epoch","version"}
     /config/topics/<topic>                           {"version":1,"config":{name: value}}
@@ -21,6 +22,7 @@ fire on kazoo's event thread: callers must hop to their own loop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -205,10 +207,8 @@ class ClusterCatalog:
             raise UnknownTopicError(f"Topic '{name}' does not exist.")
         self.zk.ensure_path(f"{DELETE_TOPICS}/{name}")
         self.zk.delete(f"{TOPICS}/{name}", recursive=True)
-        try:
+        with contextlib.suppress(NoNodeError):
             self.zk.delete(f"{TOPIC_CONFIGS}/{name}")
-        except NoNodeError:
-            pass
         self.zk.delete(f"{DELETE_TOPICS}/{name}")
 
     # ---- configs

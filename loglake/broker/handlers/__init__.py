@@ -1,1 +1,1 @@
-"""Request handlers, one module per API family; each handler builds its response with codec.build."""
+"""Request handlers, one module per API family; each builds its response with codec.build."""

@@ -1,0 +1,319 @@
+"""Topic administration: create, delete, list, describe, configs.
+
+Every call is bounded by a timeout (the object's ``timeout`` unless the call passes its own):
+librdkafka itself would keep retrying an unreachable cluster forever. While waiting on a request
+the admin client is polled, so ``error_cb`` (connection failures) and logs are served and a
+timeout can report why the cluster did not answer.
+
+``create_topic`` and ``delete_topic`` wait, by default, until cluster metadata reflects the change
+(all partitions have a leader / the topic is gone), so a producer or consumer started right after
+sees the new state. Not thread-safe: use one ``Admin`` per thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, TopicCollection
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ClusterMetadata,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+from confluent_kafka.admin import ConfigEntry as KafkaConfigEntry
+from confluent_kafka.admin import ConfigSource as KafkaConfigSource
+from kio.schema.errors import ErrorCode
+
+from loglake.client._common import (
+    DEFAULT_CLIENT_ID,
+    ErrorTracker,
+    base_config,
+    unreachable_error,
+)
+from loglake.client.errors import BrokerError, ClientError, from_exception
+from loglake.client.model import ConfigEntry, ConfigSource, PartitionInfo, TopicInfo
+
+T = TypeVar("T")
+
+_POLL_INTERVAL_S = 0.05
+_METADATA_WAIT_STEP_S = 0.1
+
+_SOURCES: dict[int, ConfigSource] = {
+    KafkaConfigSource.UNKNOWN_CONFIG.value: "unknown",
+    KafkaConfigSource.DYNAMIC_TOPIC_CONFIG.value: "dynamic_topic_config",
+    KafkaConfigSource.DYNAMIC_BROKER_CONFIG.value: "dynamic_broker_config",
+    KafkaConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value: "dynamic_default_broker_config",
+    KafkaConfigSource.STATIC_BROKER_CONFIG.value: "static_broker_config",
+    KafkaConfigSource.DEFAULT_CONFIG.value: "default_config",
+    KafkaConfigSource.GROUP_CONFIG.value: "group_config",
+}
+
+
+class Admin:
+    """Administrative operations on a loglake (or any Kafka) cluster.
+
+    >>> with Admin("127.0.0.1:9092") as admin:                      # doctest: +SKIP
+    ...     admin.create_topic("orders", partitions=3, config={"retention.ms": "86400000"})
+    ...     admin.describe_topic("orders").partitions[0].leader
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        timeout: float = 30.0,
+        client_id: str = DEFAULT_CLIENT_ID,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        """Connect lazily to ``bootstrap_servers``; ``timeout`` (seconds) bounds every call.
+
+        ``extra`` is passed to librdkafka unchanged and overrides the SDK's settings.
+        """
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.timeout = timeout
+        self._tracker = ErrorTracker()
+        config = base_config(
+            bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=extra
+        )
+        self._bootstrap: str = config["bootstrap.servers"]
+        self._admin = AdminClient(config)
+
+    # -- context manager -------------------------------------------------------------------
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the client (serves pending callbacks; librdkafka frees the rest on GC)."""
+        self._admin.poll(0)
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, str] | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> None:
+        """Create topic ``name``; with ``wait``, return once every partition has a leader.
+
+        Raises :class:`BrokerError` with the broker's message (``topic_already_exists``,
+        ``invalid_config``, ``invalid_replication_factor``, ...) or :class:`ClientError`.
+        """
+        limit = self._limit(timeout)
+        operation = f"create topic {name!r}"
+        new_topic = NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            config=dict(config or {}),
+        )
+        futures = self._admin.create_topics(
+            [new_topic], request_timeout=limit, operation_timeout=limit
+        )
+        self._wait(futures[name], operation, limit)
+        if wait:
+            self._wait_until(
+                operation,
+                limit,
+                lambda info: info is not None
+                and len(info.partitions) == partitions
+                and all(p.leader >= 0 for p in info.partitions),
+                name,
+            )
+
+    def delete_topic(self, name: str, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Delete topic ``name``; with ``wait``, return once metadata no longer lists it."""
+        limit = self._limit(timeout)
+        operation = f"delete topic {name!r}"
+        futures = self._admin.delete_topics(
+            [name], request_timeout=limit, operation_timeout=limit
+        )
+        self._wait(futures[name], operation, limit)
+        if wait:
+            self._wait_until(operation, limit, lambda info: info is None, name)
+
+    def list_topics(self, *, timeout: float | None = None) -> dict[str, TopicInfo]:
+        """All topics by name (sorted), with partition leaders, replicas and ISRs."""
+        return self._topics("list topics", self._limit(timeout))
+
+    def describe_topic(self, name: str, *, timeout: float | None = None) -> TopicInfo:
+        """One topic's partitions; :class:`BrokerError` ``unknown_topic_or_partition`` if absent."""
+        operation = f"describe topic {name!r}"
+        info = self._describe(name, operation, self._limit(timeout))
+        if info is None:
+            raise BrokerError(
+                f"{operation}: topic does not exist",
+                code=ErrorCode.unknown_topic_or_partition,
+                hint="list topics with 'loglake topics list'",
+            )
+        return info
+
+    # -- configs ---------------------------------------------------------------------------
+
+    def describe_config(
+        self, topic: str, *, timeout: float | None = None
+    ) -> dict[str, ConfigEntry]:
+        """Every configuration entry of ``topic`` (value, where it comes from, default or not)."""
+        limit = self._limit(timeout)
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        futures = self._admin.describe_configs([resource], request_timeout=limit)
+        entries: dict[str, KafkaConfigEntry] = self._wait(
+            futures[resource], f"describe configs of topic {topic!r}", limit
+        )
+        return {
+            name: ConfigEntry(
+                value=entry.value,
+                source=_SOURCES.get(_source_value(entry.source), "unknown"),
+                is_default=bool(entry.is_default),
+                is_read_only=bool(entry.is_read_only),
+                is_sensitive=bool(entry.is_sensitive),
+            )
+            for name, entry in sorted(entries.items())
+        }
+
+    def alter_config(
+        self,
+        topic: str,
+        *,
+        set: Mapping[str, str] | None = None,
+        delete: Sequence[str] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Incrementally set and/or delete (revert to default) configuration keys of ``topic``."""
+        if not set and not delete:
+            raise ValueError("alter_config needs at least one key to set or delete")
+        if isinstance(delete, str):
+            raise TypeError("delete must be a sequence of keys, not a single string")
+        overlap = sorted(frozenset(set or {}) & frozenset(delete or ()))
+        if overlap:
+            raise ValueError(f"keys both set and deleted: {', '.join(overlap)}")
+        limit = self._limit(timeout)
+        changes = [
+            KafkaConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+            for key, value in (set or {}).items()
+        ] + [
+            KafkaConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+            for key in (delete or ())
+        ]
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=changes)
+        futures = self._admin.incremental_alter_configs([resource], request_timeout=limit)
+        self._wait(futures[resource], f"alter configs of topic {topic!r}", limit)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _limit(self, timeout: float | None) -> float:
+        limit = self.timeout if timeout is None else timeout
+        if limit <= 0:
+            raise ValueError(f"timeout must be positive, got {limit}")
+        return limit
+
+    def _wait(self, future: Future[T], operation: str, limit: float) -> T:
+        """Poll the client until ``future`` completes or ``limit`` seconds (plus slack) pass."""
+        deadline = time.monotonic() + limit + 1.0
+        while not future.done():
+            if time.monotonic() >= deadline:
+                raise unreachable_error(operation, self._bootstrap, limit, self._tracker)
+            self._admin.poll(_POLL_INTERVAL_S)
+        try:
+            return future.result()
+        except Exception as exc:
+            raise self._map(exc, operation, limit) from exc
+
+    def _map(self, exc: BaseException, operation: str, limit: float) -> Exception:
+        self._admin.poll(0)  # serve error_cb so the tracker knows why
+        return unreachable_error(
+            operation, self._bootstrap, limit, self._tracker, from_exception(exc, operation)
+        )
+
+    def _metadata(self, operation: str, limit: float) -> ClusterMetadata:
+        try:
+            return self._admin.list_topics(timeout=limit)
+        except Exception as exc:
+            raise self._map(exc, operation, limit) from exc
+
+    def _topics(self, operation: str, limit: float) -> dict[str, TopicInfo]:
+        metadata = self._metadata(operation, limit)
+        return {
+            name: _topic_info(name, topic)
+            for name, topic in sorted(metadata.topics.items())
+            if not _is_missing(topic.error)
+        }
+
+    def _describe(self, name: str, operation: str, limit: float) -> TopicInfo | None:
+        """One topic via DescribeTopics (never auto-creates it); ``None`` if it does not exist."""
+        futures = self._admin.describe_topics(TopicCollection([name]), request_timeout=limit)
+        try:
+            description = self._wait(futures[name], operation, limit)
+        except BrokerError as exc:
+            if exc.code == ErrorCode.unknown_topic_or_partition:
+                return None
+            raise
+        partitions = tuple(
+            PartitionInfo(
+                partition=p.id,
+                leader=-1 if p.leader is None else p.leader.id,
+                replicas=tuple(node.id for node in p.replicas),
+                isr=tuple(node.id for node in p.isr),
+            )
+            for p in sorted(description.partitions, key=lambda p: p.id)
+        )
+        return TopicInfo(name=name, partitions=partitions)
+
+    def _wait_until(
+        self,
+        operation: str,
+        limit: float,
+        ready: Callable[[TopicInfo | None], bool],
+        name: str,
+    ) -> None:
+        """Describe ``name`` until ``ready`` holds, for at most ``limit`` seconds."""
+        deadline = time.monotonic() + limit
+        while not ready(self._describe(name, operation, limit)):
+            if time.monotonic() >= deadline:
+                raise ClientError(
+                    f"{operation}: the broker accepted the request but metadata did not reflect"
+                    f" it within {limit:g} s",
+                    code=ErrorCode.request_timed_out,
+                )
+            time.sleep(_METADATA_WAIT_STEP_S)
+
+
+def _is_missing(error: KafkaError | None) -> bool:
+    return error is not None and error.code() in (
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+    )
+
+
+def _topic_info(name: str, topic: Any) -> TopicInfo:
+    # Other topic-level errors (leader_not_available while a topic is being created) leave the
+    # partitions as the broker reported them; a missing leader shows as -1.
+    partitions = tuple(
+        PartitionInfo(
+            partition=p.id,
+            leader=p.leader,
+            replicas=tuple(p.replicas),
+            isr=tuple(p.isrs),
+        )
+        for _, p in sorted(topic.partitions.items())
+    )
+    return TopicInfo(name=name, partitions=partitions)
+
+
+def _source_value(source: Any) -> int:
+    return int(source.value if isinstance(source, KafkaConfigSource) else source)

@@ -1,0 +1,440 @@
+"""Client commands of ``loglake``: ``topics ...``, ``produce``, ``consume`` (like Kafka's tools).
+
+Every command takes ``--bootstrap-server HOST:PORT`` (default ``127.0.0.1:9092``) and
+``--request-timeout-ms`` (default 10000), which bounds each request to the cluster, so an
+unreachable cluster yields one ``loglake: error: ...`` line and exit status 1 instead of a hang.
+Handlers return an exit status; errors are raised as :class:`loglake.errors.LoglakeError` (or
+``ValueError`` for bad arguments) and printed by ``loglake.cli.main``.
+
+Output: data goes to stdout (topic names, descriptions, consumed records), summaries and
+diagnostics to stderr, so ``loglake consume ... > file`` captures only records.
+
+``consume --format json`` writes one object per record::
+
+    {"topic": "t", "partition": 0, "offset": 5, "timestamp": 1700000000000,
+     "key": "k", "value": "v", "headers": [{"key": "h", "value": "x"}]}
+
+``key``, ``value`` and header values are UTF-8 text when they decode, otherwise base64 with a
+sibling flag set (``"key_base64": true``, ``"value_base64": true``, per header
+``"value_base64": true``); ``null`` stays ``null``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from kio.schema.errors import ErrorCode
+
+from loglake.client.admin import Admin
+from loglake.client.consumer import Consumer
+from loglake.client.errors import BrokerError, ClientError
+from loglake.client.model import ACKS_VALUES, COMPRESSION_VALUES, Record, RecordMetadata, TopicInfo
+from loglake.client.producer import Producer
+from loglake.errors import LoglakeError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+DEFAULT_IDLE_TIMEOUT_MS = 5_000
+DEFAULT_DELIVERY_TIMEOUT_MS = 30_000
+MAX_REPORTED_FAILURES = 5
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``topics``, ``produce`` and ``consume`` to the ``loglake`` command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
+        help=f"broker to connect to, comma-separated for several (default {DEFAULT_BOOTSTRAP})",
+    )
+    common.add_argument(
+        "--request-timeout-ms", type=_positive_int, default=DEFAULT_REQUEST_TIMEOUT_MS,
+        metavar="MS", help="give up on a request to the cluster after this long "
+        f"(default {DEFAULT_REQUEST_TIMEOUT_MS})",
+    )
+    _register_topics(subparsers, common)
+    _register_produce(subparsers, common)
+    _register_consume(subparsers, common)
+
+
+# -- topics ----------------------------------------------------------------------------------
+
+
+def _register_topics(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+) -> None:
+    topics = subparsers.add_parser("topics", help="create, list, describe, alter, delete topics")
+    commands = topics.add_subparsers(dest="topics_command", required=True)
+
+    create = commands.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("topic")
+    create.add_argument("--partitions", type=_positive_int, default=1)
+    create.add_argument("--replication-factor", type=_positive_int, default=1)
+    create.add_argument("--config", type=_key_value, action="extend", nargs="+", default=[],
+                        metavar="KEY=VALUE", help="topic configuration override")
+    create.add_argument("--if-not-exists", action="store_true",
+                        help="succeed if the topic already exists")
+    create.set_defaults(handler=topics_create)
+
+    listing = commands.add_parser("list", parents=[common], help="list topic names")
+    listing.set_defaults(handler=topics_list)
+
+    describe = commands.add_parser(
+        "describe", parents=[common],
+        help="partitions (leader, replicas, isr) and non-default configs",
+    )
+    describe.add_argument("topic", nargs="?", help="one topic (default: all)")
+    describe.set_defaults(handler=topics_describe)
+
+    delete = commands.add_parser("delete", parents=[common], help="delete a topic")
+    delete.add_argument("topic")
+    delete.add_argument("--if-exists", action="store_true",
+                        help="succeed if the topic does not exist")
+    delete.set_defaults(handler=topics_delete)
+
+    alter = commands.add_parser("alter-config", parents=[common],
+                                help="set or delete topic configuration keys")
+    alter.add_argument("topic")
+    alter.add_argument("--set", type=_key_value, action="extend", nargs="+", default=[],
+                       metavar="KEY=VALUE", dest="set_configs")
+    alter.add_argument("--delete", action="extend", nargs="+", default=[], metavar="KEY",
+                       dest="delete_configs", help="revert a key to its default")
+    alter.set_defaults(handler=topics_alter_config)
+
+
+def _admin(args: argparse.Namespace) -> Admin:
+    return Admin(args.bootstrap_server, timeout=args.request_timeout_ms / 1000)
+
+
+def topics_create(args: argparse.Namespace) -> int:
+    """``loglake topics create TOPIC``."""
+    with _admin(args) as admin:
+        try:
+            admin.create_topic(
+                args.topic,
+                partitions=args.partitions,
+                replication_factor=args.replication_factor,
+                config=dict(args.config),
+            )
+        except BrokerError as exc:
+            if not (args.if_not_exists and exc.code == ErrorCode.topic_already_exists):
+                raise
+            return 0
+    print(f"Created topic {args.topic}.")
+    return 0
+
+
+def topics_list(args: argparse.Namespace) -> int:
+    """``loglake topics list``: one topic name per line, sorted."""
+    with _admin(args) as admin:
+        for name in admin.list_topics():
+            print(name)
+    return 0
+
+
+def topics_describe(args: argparse.Namespace) -> int:
+    """``loglake topics describe [TOPIC]`` in the layout of ``kafka-topics --describe``."""
+    with _admin(args) as admin:
+        if args.topic is not None:
+            topics = [admin.describe_topic(args.topic)]
+        else:
+            topics = list(admin.list_topics().values())
+        for topic in topics:
+            configs = admin.describe_config(topic.name)
+            overrides = {
+                name: entry.value
+                for name, entry in configs.items()
+                if entry.source == "dynamic_topic_config" and not entry.is_default
+            }
+            print(describe_lines(topic, overrides))
+    return 0
+
+
+def describe_lines(topic: TopicInfo, overrides: dict[str, str | None]) -> str:
+    """The text block ``topics describe`` prints for one topic."""
+    configs = ",".join(f"{k}={'' if v is None else v}" for k, v in sorted(overrides.items()))
+    lines = [
+        f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}\t"
+        f"ReplicationFactor: {topic.replication_factor}\tConfigs: {configs}"
+    ]
+    for partition in topic.partitions:
+        leader = str(partition.leader) if partition.leader >= 0 else "none"
+        lines.append(
+            f"\tTopic: {topic.name}\tPartition: {partition.partition}\tLeader: {leader}\t"
+            f"Replicas: {_ids(partition.replicas)}\tIsr: {_ids(partition.isr)}"
+        )
+    return "\n".join(lines)
+
+
+def topics_delete(args: argparse.Namespace) -> int:
+    """``loglake topics delete TOPIC``."""
+    with _admin(args) as admin:
+        try:
+            admin.delete_topic(args.topic)
+        except BrokerError as exc:
+            if not (args.if_exists and exc.code == ErrorCode.unknown_topic_or_partition):
+                raise
+            return 0
+    print(f"Deleted topic {args.topic}.")
+    return 0
+
+
+def topics_alter_config(args: argparse.Namespace) -> int:
+    """``loglake topics alter-config TOPIC --set k=v ... --delete k ...``."""
+    if not args.set_configs and not args.delete_configs:
+        raise ValueError("alter-config needs --set KEY=VALUE and/or --delete KEY")
+    with _admin(args) as admin:
+        admin.alter_config(
+            args.topic, set=dict(args.set_configs), delete=list(args.delete_configs)
+        )
+    print(f"Altered configs of topic {args.topic}.")
+    return 0
+
+
+# -- produce ---------------------------------------------------------------------------------
+
+
+def _register_produce(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+) -> None:
+    produce = subparsers.add_parser(
+        "produce", parents=[common],
+        help="send stdin lines as records",
+        description="Send each line of stdin as one record (the newline is not included).",
+    )
+    produce.add_argument("topic")
+    produce.add_argument("--key-separator", metavar="SEP",
+                         help="split each line into key and value at the first SEP")
+    produce.add_argument("--acks", choices=ACKS_VALUES, default="all")
+    produce.add_argument("--compression", choices=COMPRESSION_VALUES, default="none")
+    produce.add_argument("--partition", type=_non_negative_int,
+                         help="send every record to this partition (default: by key)")
+    produce.add_argument("--header", type=_key_value, action="append", default=[],
+                         metavar="KEY=VALUE", help="add this header to every record")
+    produce.add_argument("--delivery-timeout-ms", type=_positive_int,
+                         default=DEFAULT_DELIVERY_TIMEOUT_MS, metavar="MS",
+                         help="fail a record not acknowledged within this long")
+    produce.set_defaults(handler=produce_command)
+
+
+def produce_command(args: argparse.Namespace) -> int:
+    """``loglake produce TOPIC``: stdin lines → records; a one-line summary on stderr."""
+    separator: bytes | None = (
+        None if args.key_separator is None else args.key_separator.encode("utf-8")
+    )
+    if separator == b"":
+        raise ValueError("--key-separator must not be empty")
+    headers = [(key, value.encode("utf-8")) for key, value in args.header]
+    producer = Producer(
+        args.bootstrap_server,
+        acks=args.acks,
+        compression=args.compression,
+        delivery_timeout_ms=args.delivery_timeout_ms,
+    )
+    # Fail fast (and without sending anything) on an unknown topic or unreachable cluster.
+    partitions = producer.partitions_for(args.topic, timeout=args.request_timeout_ms / 1000)
+    if args.partition is not None and args.partition not in partitions:
+        raise BrokerError(
+            f"topic {args.topic!r} has no partition {args.partition}"
+            f" (partitions: 0..{len(partitions) - 1})",
+            code=ErrorCode.unknown_topic_or_partition,
+        )
+    bad_lines: list[str] = []
+    failed_deliveries: list[str] = []
+    sent = 0
+
+    def on_delivery(_: RecordMetadata | None, error: LoglakeError | None) -> None:
+        if error is not None:
+            failed_deliveries.append(str(error))
+
+    for line in _read_lines(sys.stdin.buffer, separator):
+        if line.value is None:
+            bad_lines.append(f"line {line.number}: no key separator {args.key_separator!r}")
+            continue
+        producer.send(
+            args.topic, line.value, key=line.key, headers=headers, partition=args.partition,
+            on_delivery=on_delivery,
+        )
+        sent += 1
+    producer.flush()
+    failures = bad_lines + failed_deliveries
+    for failure in failures[:MAX_REPORTED_FAILURES]:
+        print(f"loglake: error: {failure}", file=sys.stderr)
+    if len(failures) > MAX_REPORTED_FAILURES:
+        print(f"loglake: error: ... and {len(failures) - MAX_REPORTED_FAILURES} more",
+              file=sys.stderr)
+    print(
+        f"loglake: produced {sent - len(failed_deliveries)} records to {args.topic}, "
+        f"{len(failures)} errors",
+        file=sys.stderr,
+    )
+    return 1 if failures else 0
+
+
+@dataclass(frozen=True)
+class _InputLine:
+    """One stdin line split into key and value; ``value`` is ``None`` if SEP was missing."""
+
+    number: int
+    key: bytes | None
+    value: bytes | None
+
+
+def _read_lines(stream: IO[bytes], separator: bytes | None) -> Iterator[_InputLine]:
+    """Lines of ``stream`` without their line ending (LF or CRLF), split at ``separator``."""
+    for number, raw in enumerate(stream, start=1):
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if separator is None:
+            yield _InputLine(number, None, line)
+            continue
+        key, found, value = line.partition(separator)
+        yield _InputLine(number, key, value) if found else _InputLine(number, None, None)
+
+
+# -- consume ---------------------------------------------------------------------------------
+
+
+def _register_consume(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+) -> None:
+    consume = subparsers.add_parser(
+        "consume", parents=[common],
+        help="print records of a topic",
+        description="Print records of a topic, one per line. Without --from-beginning or "
+        "--offset, only records produced from now on are printed (like kafka-console-consumer).",
+    )
+    consume.add_argument("topic")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true",
+                       help="start at the earliest offset")
+    start.add_argument("--offset", type=_non_negative_int, metavar="N",
+                       help="start at offset N (of every selected partition)")
+    consume.add_argument("--partition", type=_non_negative_int, action="append",
+                         metavar="N", help="read only partition N (repeatable; default all)")
+    consume.add_argument("--max-messages", type=_non_negative_int, metavar="N",
+                         help="exit after N records")
+    idle = consume.add_mutually_exclusive_group()
+    idle.add_argument("--timeout-ms", type=_positive_int, default=DEFAULT_IDLE_TIMEOUT_MS,
+                      metavar="MS", help="exit when no record arrived for this long "
+                      f"(default {DEFAULT_IDLE_TIMEOUT_MS})")
+    idle.add_argument("--follow", action="store_true",
+                      help="never exit for lack of records (stop with Ctrl-C)")
+    consume.add_argument("--format", choices=("text", "json"), default="text")
+    consume.add_argument("--print-key", action="store_true",
+                         help="text format: print KEY<TAB>VALUE")
+    consume.set_defaults(handler=consume_command)
+
+
+def consume_command(args: argparse.Namespace) -> int:
+    """``loglake consume TOPIC``: records to stdout, a count to stderr."""
+    start: Any = "latest"
+    if args.from_beginning:
+        start = "earliest"
+    elif args.offset is not None:
+        start = args.offset
+    out = sys.stdout.buffer
+    count = 0
+    with Consumer(
+        args.bootstrap_server,
+        request_timeout_s=args.request_timeout_ms / 1000,
+        fetch_max_wait_ms=100,
+    ) as consumer:
+        consumer.assign(args.topic, args.partition, start=start)
+        timeout = None if args.follow else args.timeout_ms / 1000
+        try:
+            for record in consumer.consume(args.max_messages, timeout=timeout):
+                out.write(format_record(record, args.format, print_key=args.print_key))
+                count += 1
+                if args.follow:
+                    out.flush()
+            out.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            return 0
+    print(f"loglake: consumed {count} records", file=sys.stderr)
+    if count == 0 and isinstance(consumer.last_error, ClientError):
+        raise consumer.last_error  # e.g. the cluster went away after the assignment
+    return 0
+
+
+def format_record(record: Record, style: str, *, print_key: bool = False) -> bytes:
+    """One output line (with newline) for ``record`` in ``text`` or ``json`` style."""
+    if style == "json":
+        obj: dict[str, Any] = {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp_ms,
+        }
+        _put_bytes(obj, "key", record.key)
+        _put_bytes(obj, "value", record.value)
+        headers = []
+        for name, value in record.headers:
+            header: dict[str, Any] = {"key": name}
+            _put_bytes(header, "value", value)
+            headers.append(header)
+        obj["headers"] = headers
+        return json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"
+    value = b"null" if record.value is None else record.value
+    if print_key:
+        key = b"null" if record.key is None else record.key
+        return key + b"\t" + value + b"\n"
+    return value + b"\n"
+
+
+def _put_bytes(obj: dict[str, Any], field: str, data: bytes | None) -> None:
+    if data is None:
+        obj[field] = None
+        return
+    try:
+        obj[field] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        obj[field] = base64.b64encode(data).decode("ascii")
+        obj[f"{field}_base64"] = True
+
+
+def _silence_stdout() -> None:
+    """After EPIPE, point stdout at /dev/null so interpreter shutdown does not fail flushing."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+# -- argument types --------------------------------------------------------------------------
+
+
+def _ids(ids: Iterable[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def _positive_int(text: str) -> int:
+    number = int(text)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return number
+
+
+def _non_negative_int(text: str) -> int:
+    number = int(text)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return number

@@ -1,0 +1,109 @@
+"""Errors raised by the SDK, all under :class:`loglake.errors.LoglakeError`.
+
+Two kinds, told apart by class:
+
+* :class:`BrokerError` — the broker answered with a Kafka wire error code. ``code`` is that code
+  (confluent-kafka's ``KafkaError.code()`` equals the wire code for broker errors) and the
+  message carries the broker's own error message when it sent one.
+* :class:`ClientError` — something failed on this side: a timeout waiting for the cluster, a
+  transport failure, a delivery that expired in the local queue, bad arguments to librdkafka.
+  ``code`` is the closest wire code (``request_timed_out``, ``network_exception``, ...) or
+  ``unknown_server_error`` when there is none.
+
+Both keep librdkafka's own error name (``kafka_name``, e.g. ``_TRANSPORT``) for diagnostics.
+:func:`from_kafka_error` is the one place that turns a confluent-kafka error into one of these.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+from confluent_kafka import KafkaError, KafkaException
+from kio.schema.errors import ErrorCode
+
+from loglake.errors import LoglakeError
+
+# librdkafka's local (negative) error codes that have a natural wire equivalent.
+_LOCAL_TO_WIRE: dict[int, ErrorCode] = {
+    KafkaError._TIMED_OUT: ErrorCode.request_timed_out,
+    KafkaError._MSG_TIMED_OUT: ErrorCode.request_timed_out,
+    KafkaError._TIMED_OUT_QUEUE: ErrorCode.request_timed_out,
+    KafkaError._TRANSPORT: ErrorCode.network_exception,
+    KafkaError._ALL_BROKERS_DOWN: ErrorCode.network_exception,
+    KafkaError._RESOLVE: ErrorCode.network_exception,
+    KafkaError._UNKNOWN_TOPIC: ErrorCode.unknown_topic_or_partition,
+    KafkaError._UNKNOWN_PARTITION: ErrorCode.unknown_topic_or_partition,
+    KafkaError._BAD_MSG: ErrorCode.corrupt_message,
+    KafkaError._BAD_COMPRESSION: ErrorCode.corrupt_message,
+    KafkaError._INVALID_ARG: ErrorCode.invalid_request,
+    KafkaError._UNSUPPORTED_FEATURE: ErrorCode.unsupported_version,
+}
+
+
+def _wire_code(code: int) -> ErrorCode | None:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return None
+
+
+class BrokerError(LoglakeError):
+    """The broker rejected a request with a Kafka wire error code (see ``code``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode,
+        kafka_name: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.code = code
+        self.kafka_name = kafka_name
+
+
+class ClientError(LoglakeError):
+    """A client-side failure: timeout, unreachable cluster, local queue or argument error."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode = ErrorCode.unknown_server_error,
+        kafka_name: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.code = code
+        self.kafka_name = kafka_name
+
+
+def from_kafka_error(error: KafkaError, operation: str, *, hint: str | None = None) -> LoglakeError:
+    """Turn a confluent-kafka error into a loglake error saying what was being done.
+
+    ``operation`` is a short phrase such as ``"create topic 'orders'"``; the result's message reads
+    ``"<operation>: <librdkafka/broker message> [<NAME>]"``.
+    """
+    raw = error.code()
+    name = error.name()
+    message = f"{operation}: {error.str()} [{name}]"
+    if raw > 0:
+        wire = _wire_code(raw)
+        if wire is not None:
+            return BrokerError(message, code=wire, kafka_name=name, hint=hint)
+    local = _LOCAL_TO_WIRE.get(raw, ErrorCode.unknown_server_error)
+    return ClientError(message, code=local, kafka_name=name, hint=hint)
+
+
+def from_exception(exc: BaseException, operation: str, *, hint: str | None = None) -> LoglakeError:
+    """Map any exception raised by confluent-kafka (or a future of it) to a loglake error."""
+    if isinstance(exc, LoglakeError):
+        return exc
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return from_kafka_error(exc.args[0], operation, hint=hint)
+    if isinstance(exc, concurrent.futures.TimeoutError | TimeoutError):
+        return ClientError(
+            f"{operation}: timed out", code=ErrorCode.request_timed_out, hint=hint
+        )
+    return ClientError(f"{operation}: {exc}", hint=hint)

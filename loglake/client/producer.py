@@ -1,0 +1,316 @@
+"""Producing records: :class:`Producer` and its per-record :class:`Delivery` handle.
+
+Defaults are the safe ones: ``acks=all`` with idempotence (no duplicates or reordering on retry),
+and the ``murmur2_random`` partitioner, which places keyed records exactly where Kafka's Java
+client would. Every record either reaches the leader or fails within ``delivery_timeout_ms``, so
+``flush()`` and ``close()`` are bounded even when the cluster is unreachable.
+
+Threading: delivery reports are handled on whichever thread calls ``send``, ``flush``,
+``poll`` or ``Delivery.result``; callbacks run there. One ``Producer`` may be shared by threads
+(librdkafka's producer is thread-safe); ``Delivery.result`` polls the producer while it waits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+from confluent_kafka import Producer as KafkaProducer
+from kio.schema.errors import ErrorCode
+
+from loglake.client._common import (
+    DEFAULT_CLIENT_ID,
+    ErrorTracker,
+    base_config,
+    lookup_partitions,
+)
+from loglake.client.errors import ClientError, from_exception, from_kafka_error
+from loglake.client.model import (
+    ACKS_VALUES,
+    COMPRESSION_VALUES,
+    Acks,
+    Compression,
+    HeadersInput,
+    RecordMetadata,
+    normalize_headers,
+    to_bytes,
+)
+from loglake.errors import LoglakeError
+
+DeliveryCallback = Callable[[RecordMetadata | None, LoglakeError | None], None]
+"""Called once per record with ``(metadata, None)`` on success or ``(None, error)``."""
+
+_QUEUE_FULL_BACKOFF_S = 0.05
+_POLL_INTERVAL_S = 0.05
+
+
+class Delivery:
+    """The outcome of one ``send``: completes when the leader acknowledges or delivery fails."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._done = threading.Event()
+        self._metadata: RecordMetadata | None = None
+        self._error: LoglakeError | None = None
+
+    def done(self) -> bool:
+        """Whether the delivery report has arrived."""
+        return self._done.is_set()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the report (polling the producer) and return where the record landed.
+
+        Raises the delivery's :class:`LoglakeError`, or :class:`ClientError`
+        ``request_timed_out`` if ``timeout`` seconds pass first (the record may still be sent).
+        """
+        self._wait(timeout)
+        if self._error is not None:
+            raise self._error
+        assert self._metadata is not None
+        return self._metadata
+
+    def exception(self, timeout: float | None = None) -> LoglakeError | None:
+        """Wait for the report and return its error, or ``None`` if the record was delivered."""
+        self._wait(timeout)
+        return self._error
+
+    def _wait(self, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ClientError(
+                    f"send to topic {self._topic!r}: no delivery report within {timeout:g} s",
+                    code=ErrorCode.request_timed_out,
+                )
+            self._producer.poll(_POLL_INTERVAL_S)
+
+    def _complete(self, metadata: RecordMetadata | None, error: LoglakeError | None) -> None:
+        self._metadata = metadata
+        self._error = error
+        self._done.set()
+
+
+class Producer:
+    """Sends records to a loglake cluster.
+
+    >>> with Producer("127.0.0.1:9092", compression="zstd") as producer:     # doctest: +SKIP
+    ...     producer.send("orders", b'{"id": 1}', key=b"customer-7")
+    ...     partition, offset = producer.send_and_wait("orders", b"now")
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        *,
+        acks: Acks = "all",
+        compression: Compression = "none",
+        linger_ms: int = 5,
+        idempotence: bool | None = None,
+        delivery_timeout_ms: int = 30_000,
+        client_id: str = DEFAULT_CLIENT_ID,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create a producer; nothing is sent until the first ``send``.
+
+        ``idempotence`` defaults to on with ``acks="all"`` and off otherwise (librdkafka refuses
+        idempotence without ``acks=all``). ``delivery_timeout_ms`` bounds each record's time from
+        ``send`` to its report. ``extra`` is passed to librdkafka as-is and wins over the rest.
+        """
+        if acks not in ACKS_VALUES:
+            raise ValueError(f"acks must be one of {', '.join(ACKS_VALUES)}, got {acks!r}")
+        if compression not in COMPRESSION_VALUES:
+            raise ValueError(
+                f"compression must be one of {', '.join(COMPRESSION_VALUES)}, got {compression!r}"
+            )
+        if idempotence is None:
+            idempotence = acks == "all"
+        if idempotence and acks != "all":
+            raise ValueError("idempotence requires acks='all'")
+        if delivery_timeout_ms <= 0:
+            raise ValueError(f"delivery_timeout_ms must be positive, got {delivery_timeout_ms}")
+        if not 0 <= linger_ms < delivery_timeout_ms:
+            raise ValueError(f"linger_ms must be in [0, delivery_timeout_ms), got {linger_ms}")
+        self._tracker = ErrorTracker()
+        settings: dict[str, Any] = {
+            "acks": acks,
+            "enable.idempotence": idempotence,
+            "compression.type": compression,
+            "linger.ms": linger_ms,
+            "message.timeout.ms": delivery_timeout_ms,
+            "request.timeout.ms": min(30_000, delivery_timeout_ms),
+            "socket.connection.setup.timeout.ms": min(30_000, delivery_timeout_ms),
+            "partitioner": "murmur2_random",
+        }
+        config = base_config(
+            bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=None
+        )
+        config.update(settings)
+        config.update(extra or {})
+        self._bootstrap: str = config["bootstrap.servers"]
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self._producer = KafkaProducer(config)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.flush()  # deliver what was sent before the failure; do not mask the exception
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The ``host:port,...`` string this producer was created with."""
+        return self._bootstrap
+
+    def partitions_for(self, topic: str, *, timeout: float = 10.0) -> list[int]:
+        """Partition ids of ``topic``, asking the cluster (bounded by ``timeout`` seconds).
+
+        Raises :class:`BrokerError` ``unknown_topic_or_partition`` if the topic does not exist,
+        :class:`ClientError` if the cluster does not answer in time.
+        """
+        return lookup_partitions(
+            self._producer,
+            topic,
+            limit=timeout,
+            bootstrap=self._bootstrap,
+            tracker=self._tracker,
+            serve_callbacks=lambda: self._producer.poll(0),
+        )
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: HeadersInput | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> Delivery:
+        """Queue one record for ``topic`` and return its :class:`Delivery` handle.
+
+        ``str`` keys, values and header values are UTF-8 encoded; ``None`` value is a tombstone.
+        Without ``partition`` the partitioner chooses (by key hash when there is a key).
+        ``timestamp_ms`` defaults to now. ``on_delivery`` is called from a later
+        ``poll``/``flush``/``send`` with ``(metadata, None)`` or ``(None, error)``.
+        """
+        delivery = Delivery(self, topic)
+        encoded_value = to_bytes(value, what="value")
+        encoded_key = to_bytes(key, what="key")
+        encoded_headers = normalize_headers(headers)
+        operation = f"send to topic {topic!r}"
+
+        def report(error: KafkaError | None, message: Message) -> None:
+            if error is not None:
+                outcome: tuple[RecordMetadata | None, LoglakeError | None] = (
+                    None,
+                    from_kafka_error(error, operation),
+                )
+            else:
+                stamp_type, stamp = message.timestamp()
+                outcome = (
+                    RecordMetadata(
+                        topic=message.topic() or topic,
+                        partition=_or_unknown(message.partition()),
+                        offset=_or_unknown(message.offset()),
+                        timestamp_ms=stamp if stamp_type != 0 else None,
+                    ),
+                    None,
+                )
+            delivery._complete(*outcome)
+            if on_delivery is not None:
+                on_delivery(*outcome)
+
+        arguments: dict[str, Any] = {
+            "value": encoded_value,
+            "key": encoded_key,
+            "on_delivery": report,
+        }
+        if encoded_headers:
+            arguments["headers"] = encoded_headers
+        if partition is not None:
+            if partition < 0:
+                raise ValueError(f"partition must be >= 0, got {partition}")
+            arguments["partition"] = partition
+        if timestamp_ms is not None:
+            if timestamp_ms < 0:
+                raise ValueError(f"timestamp_ms must be >= 0, got {timestamp_ms}")
+            arguments["timestamp"] = timestamp_ms
+        deadline = time.monotonic() + self.delivery_timeout_s
+        while True:
+            try:
+                self._producer.produce(topic, **arguments)
+                break
+            except BufferError:
+                # The local queue is full: serve delivery reports to make room, bounded.
+                if time.monotonic() >= deadline:
+                    raise ClientError(
+                        f"{operation}: local queue stayed full for {self.delivery_timeout_s:g} s",
+                        code=ErrorCode.request_timed_out,
+                        hint="the cluster is not accepting records; check broker health",
+                    ) from None
+                self._producer.poll(_QUEUE_FULL_BACKOFF_S)
+            except Exception as exc:
+                raise from_exception(exc, operation) from exc
+        self._producer.poll(0)
+        return delivery
+
+    def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        *,
+        key: bytes | str | None = None,
+        headers: HeadersInput | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, int]:
+        """Send one record, wait for its acknowledgement, return ``(partition, offset)``."""
+        delivery = self.send(
+            topic,
+            value,
+            key=key,
+            headers=headers,
+            partition=partition,
+            timestamp_ms=timestamp_ms,
+        )
+        metadata = delivery.result(timeout)
+        return metadata.partition, metadata.offset
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery reports for up to ``timeout`` seconds; returns how many were served."""
+        return self._producer.poll(timeout)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every queued record is reported; returns how many are still pending.
+
+        Without ``timeout`` this waits at most about ``delivery_timeout_ms``, after which every
+        undelivered record has failed with ``request_timed_out``.
+        """
+        return self._producer.flush(-1 if timeout is None else timeout)
+
+    def __len__(self) -> int:
+        """Records sent but not yet reported."""
+        return len(self._producer)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush; raises :class:`ClientError` if records are still pending after ``timeout``."""
+        pending = self.flush(timeout)
+        if pending:
+            raise ClientError(
+                f"producer to {self._bootstrap}: {pending} records still undelivered at close",
+                code=ErrorCode.request_timed_out,
+            )
+
+
+def _or_unknown(number: int | None) -> int:
+    """-1 where librdkafka has no value (the offset of an ``acks=0`` record)."""
+    return -1 if number is None else number
