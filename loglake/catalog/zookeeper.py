@@ -127,7 +127,11 @@ class ClusterCatalog:
         try:
             self.zk.create(path, data, ephemeral=True)
         except NodeExistsError:
-            _, stat = self.zk.get(path)
+            try:
+                _, stat = self.zk.get(path)
+            except NoNodeError:  # the old session's node expired in between: try again
+                self.zk.create(path, data, ephemeral=True)
+                return
             if stat.ephemeralOwner == self.zk.client_id[0]:
                 return
             raise

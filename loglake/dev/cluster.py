@@ -254,8 +254,19 @@ def _broker_env() -> dict[str, str]:
     return {"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"}
 
 
-def _spawn(state: _State, entry: _Entry) -> None:
-    """Start ``entry``'s command detached and record the new pid durably."""
+PORT_RELEASE_WAIT_S = 15.0
+
+
+def _spawn(state: _State, entry: _Entry, *, port_wait: float = 0.0) -> None:
+    """Start ``entry``'s command detached and record the new pid durably.
+
+    A port just released by a killed process can stay unbindable for a few seconds while the
+    kernel finishes closing that process's orphaned connections (FIN-WAIT with a peer that has
+    not closed yet), so a restart polls the port for up to ``port_wait`` seconds.
+    """
+    deadline = time.monotonic() + port_wait
+    while not net.port_is_free(entry.port) and time.monotonic() < deadline:
+        time.sleep(0.2)
     if not net.port_is_free(entry.port):
         raise StartupError(f"cannot start {entry.name}: port {entry.port} is in use",
                            hint="stop whatever listens there or choose another base port")
@@ -456,7 +467,7 @@ def start_process(data_dir: Path, role: Role, ident: int, *, wait: bool = True,
         entry = state.find(role, ident)
         if entry.alive():
             raise ClusterStateError(f"{entry.name} is already running (pid {entry.pid})")
-        _spawn(state, entry)
+        _spawn(state, entry, port_wait=PORT_RELEASE_WAIT_S)
         if wait:
             try:
                 _wait_ready([entry], timeout)
