@@ -187,3 +187,53 @@ def test_create_topic_rejects_invalid_config(cluster, topic_name):
             future.result(10)
         assert err.value.args[0].code() == KafkaError.INVALID_CONFIG, config
     assert topic_name not in admin.list_topics(timeout=10).topics
+
+
+def test_log_append_time_topic(cluster, topic_name):
+    create_topic(cluster.bootstrap_servers, topic_name,
+                 config={"message.timestamp.type": "LogAppendTime"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    before = int(time.time() * 1000)
+    producer.produce(topic_name, value=b"old", partition=0, timestamp=1_000_000_000_000)
+    assert producer.flush(10) == 0
+    after = int(time.time() * 1000)
+    got = _consume(cluster.bootstrap_servers, topic_name, 1, 1)
+    kind, stamp = got[0].timestamp()
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+    assert kind == TIMESTAMP_LOG_APPEND_TIME
+    assert before - 1000 <= stamp <= after + 1000
+
+
+def test_fetch_size_limits(cluster, topic_name):
+    """KIP-74: partition_max_bytes and max_bytes bound a fetch, but the first batch always fits."""
+    from kio.schema.errors import ErrorCode
+
+    from loglake.segments.records import Record, encode_batch
+    from tests.wire import WireClient
+
+    create_topic(cluster.bootstrap_servers, topic_name, partitions=2)
+    batch = encode_batch([Record(offset=i, timestamp=1, key=None, value=b"x" * 1000)
+                          for i in range(5)])
+    with WireClient.connect(cluster.bootstrap_servers) as client:
+        for partition in (0, 1):
+            for _ in range(3):
+                response = client.request(0, 9, {"acks": 1, "timeout": 5000, "topic_data": [
+                    {"name": topic_name, "partition_data": [
+                        {"index": partition, "records": batch}]}]})
+                assert response.responses[0].partition_responses[0].error_code == (
+                    ErrorCode.none)
+
+        def fetch(max_bytes: int, partition_max: int):
+            response = client.request(1, 12, {
+                "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": max_bytes,
+                "session_epoch": -1, "topics": [{"topic": topic_name, "partitions": [
+                    {"partition": p, "fetch_offset": 0, "partition_max_bytes": partition_max,
+                     "current_leader_epoch": -1, "log_start_offset": -1,
+                     "last_fetched_epoch": -1} for p in (0, 1)]}]})
+            return [len(p.records or b"") for p in response.responses[0].partitions]
+
+        size = len(batch)
+        assert fetch(1 << 20, 1 << 20) == [3 * size, 3 * size]
+        assert fetch(1 << 20, 2 * size) == [2 * size, 2 * size]
+        assert fetch(3 * size, 1 << 20) == [3 * size, 0]
+        assert fetch(10, 10) == [size, 0]  # first batch of first partition returned whole

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.apis import API_TABLE
-from loglake.broker.codec import FrameError, decode_header, decode_request, encode_response
+from loglake.broker.codec import (
+    FrameError,
+    decode_header,
+    decode_request,
+    encode_response,
+    request_class,
+    response_class,
+)
 from loglake.broker.handlers.metadata import api_versions_response
 
 if TYPE_CHECKING:
@@ -33,6 +40,15 @@ log = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
 
 
+def preload_schemas() -> None:
+    """Import kio's schema modules of every advertised API version now, not on first use
+    (a lazy import costs tens of milliseconds in the middle of a client's first request)."""
+    for api in API_TABLE.values():
+        for version in range(api.min_version, api.max_version + 1):
+            request_class(api.key, version)
+            response_class(api.key, version)
+
+
 class KafkaServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -40,6 +56,7 @@ class KafkaServer:
         self._connections: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
+        preload_schemas()
         self._server = await asyncio.start_server(
             self._on_connection, self.broker.config.host, self.broker.config.port,
             reuse_address=True, limit=1 << 20,
