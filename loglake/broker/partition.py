@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from loglake.broker.producer_state import ProducerStateTable, last_sequence
+from loglake.broker.producer_state import ProducerStateTable
 from loglake.config import TopicConfig
 from loglake.errors import OutOfOrderSequenceError
-from loglake.segments.batch import BatchHeader, parse_batches
+from loglake.segments.batch import parse_batches
 from loglake.segments.log import PartitionLog
 
 
@@ -54,15 +54,7 @@ class Partition:
 
     def _rebuild_producer_state(self) -> None:
         for header in self.log.batch_headers(self.log.log_start_offset):
-            if header.producer_id >= 0:
-                self.producers.record(
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    last_sequence(header.base_sequence, header.last_offset_delta),
-                    header.base_offset,
-                    header.base_offset + header.last_offset_delta,
-                )
+            self.producers.record_batch(header)
 
     @property
     def high_watermark(self) -> int:
@@ -75,7 +67,7 @@ class Partition:
     def append(self, records: bytes) -> AppendOutcome:
         """Validate idempotence, append, wake fetchers. Raises LoglakeError subclasses."""
         headers = parse_batches(records)
-        duplicates = [self._check_producer(h) for h in headers]
+        duplicates = [self.producers.check_batch(h) for h in headers]
         if any(d is not None for d in duplicates):
             if all(d is not None for d in duplicates):
                 first = duplicates[0]
@@ -84,27 +76,12 @@ class Partition:
             raise OutOfOrderSequenceError(
                 "Request mixes duplicate and new batches of an idempotent producer."
             )
-        result = self.log.append(records, leader_epoch=self.leader_epoch)
+        result = self.log.append(records, leader_epoch=self.leader_epoch, headers=headers)
         for header in result.batches:
-            if header.producer_id >= 0:
-                self.producers.record(
-                    header.producer_id, header.producer_epoch, header.base_sequence,
-                    last_sequence(header.base_sequence, header.last_offset_delta),
-                    header.base_offset, header.base_offset + header.last_offset_delta,
-                )
+            self.producers.record_batch(header)
         self._wake()
         return AppendOutcome(result.base_offset, result.log_append_time_ms,
                              result.log_start_offset)
-
-    def _check_producer(self, header: BatchHeader) -> int | None:
-        if header.producer_id < 0:
-            return None
-        return self.producers.check(
-            header.producer_id,
-            header.producer_epoch,
-            header.base_sequence,
-            last_sequence(header.base_sequence, header.last_offset_delta),
-        )
 
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
         """Committed batches from ``offset`` (below the high watermark), size-limited."""

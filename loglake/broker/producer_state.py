@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from loglake.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 
@@ -53,6 +54,21 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
     """Sequence of a batch's last record (sequences wrap at int32 max to 0)."""
     total = base_sequence + last_offset_delta
     return total - INT32_MAX - 1 if total > INT32_MAX else total
+
+
+class BatchIdentity(Protocol):
+    """What the table needs of a batch header (segments.batch.BatchHeader satisfies it)."""
+
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def base_sequence(self) -> int: ...
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset_delta(self) -> int: ...
 
 
 class ProducerStateTable:
@@ -107,6 +123,17 @@ class ProducerStateTable:
             entry = ProducerEntry(epoch)
             self._entries[producer_id] = entry
         entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
+
+    def check_batch(self, header: BatchIdentity) -> int | None:
+        """:meth:`check` for a batch header."""
+        return self.check(header.producer_id, header.producer_epoch, header.base_sequence,
+                          last_sequence(header.base_sequence, header.last_offset_delta))
+
+    def record_batch(self, header: BatchIdentity) -> None:
+        """:meth:`record` for a batch header as stored (offsets assigned)."""
+        self.record(header.producer_id, header.producer_epoch, header.base_sequence,
+                    last_sequence(header.base_sequence, header.last_offset_delta),
+                    header.base_offset, header.base_offset + header.last_offset_delta)
 
     def truncate_from(self, offset: int) -> None:
         """Forget batches at or beyond ``offset`` (log truncation)."""
