@@ -244,6 +244,9 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600  # socket.request.max.bytes
     zookeeper_session_timeout_ms: int = 18000  # zookeeper.session.timeout.ms
     log_flush_scheduler_interval_ms: int = 1000  # log.flush.scheduler.interval.ms
+    replica_lag_time_max_ms: int = 30000  # replica.lag.time.max.ms
+    auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
+    leader_imbalance_check_interval_seconds: int = 300  # leader.imbalance.check.interval.seconds
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)  # log.* overrides
 
     # broker property -> topic config it provides the default for
@@ -259,6 +262,7 @@ class BrokerConfig:
         "log.flush.interval.messages": "flush.messages",
         "log.flush.interval.ms": "flush.ms",
         "log.index.interval.bytes": "index.interval.bytes",
+        "unclean.leader.election.enable": "unclean.leader.election.enable",
     }
 
     @classmethod
@@ -268,7 +272,9 @@ class BrokerConfig:
             "broker.id", "listeners", "log.dirs", "log.dir", "zookeeper.connect", "broker.rack",
             "auto.create.topics.enable", "num.partitions", "default.replication.factor",
             "socket.request.max.bytes", "zookeeper.session.timeout.ms",
-            "log.flush.scheduler.interval.ms", *cls._TOPIC_DEFAULT_PROPERTIES,
+            "log.flush.scheduler.interval.ms", "replica.lag.time.max.ms",
+            "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
+            *cls._TOPIC_DEFAULT_PROPERTIES,
         }
         unknown = sorted(set(props) - known)
         if unknown:
@@ -307,6 +313,12 @@ class BrokerConfig:
                 ),
                 log_flush_scheduler_interval_ms=int(
                     props.get("log.flush.scheduler.interval.ms", "1000")
+                ),
+                replica_lag_time_max_ms=int(props.get("replica.lag.time.max.ms", "30000")),
+                auto_leader_rebalance_enable=props.get(
+                    "auto.leader.rebalance.enable", "true").lower() == "true",
+                leader_imbalance_check_interval_seconds=int(
+                    props.get("leader.imbalance.check.interval.seconds", "300")
                 ),
                 topic_defaults=topic_defaults,
             )

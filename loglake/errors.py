@@ -127,3 +127,21 @@ class InvalidReplicationFactorError(LoglakeError):
     """The replication factor is larger than the number of live brokers or not positive."""
 
     code = ErrorCode.invalid_replication_factor
+
+
+class NotEnoughReplicasError(LoglakeError):
+    """acks=all refused: the ISR is smaller than min.insync.replicas."""
+
+    code = ErrorCode.not_enough_replicas
+
+
+class NotEnoughReplicasAfterAppendError(LoglakeError):
+    """acks=all: written, but the ISR shrank below min.insync.replicas before it committed."""
+
+    code = ErrorCode.not_enough_replicas_after_append
+
+
+class RequestTimedOutError(LoglakeError):
+    """The request did not complete within its timeout."""
+
+    code = ErrorCode.request_timed_out

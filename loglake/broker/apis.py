@@ -43,6 +43,7 @@ API_TABLE: dict[int, Api] = {
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
         Api(22, "InitProducerId", 0, 4, produce.init_producer_id),
+        Api(23, "OffsetForLeaderEpoch", 2, 4, fetch.offset_for_leader_epoch),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
         Api(44, "IncrementalAlterConfigs", 0, 1, admin.incremental_alter_configs),
     )

@@ -1,18 +1,28 @@
-"""The broker: ZooKeeper registration, hosted partitions, topic/config reconciliation, lifecycle.
+"""The broker: ZooKeeper registration, hosted replicas and their roles, lifecycle.
 
 State machine of a broker process::
 
-    STARTING --(ZK session, cluster id, registered, partitions opened, listening)--> RUNNING
-    RUNNING  --(SIGTERM/SIGINT)--> STOPPING --(server closed, logs closed, ZK closed)--> STOPPED
+    STARTING --(ZK session, cluster id, registered, replicas opened, listening)--> RUNNING
+    RUNNING  --(SIGTERM)--> SHUTTING DOWN: controlled shutdown hands our leaderships to other
+                            in-sync replicas and leaves ISRs, then logs close (clean marker),
+                            the ZK session closes (our /brokers/ids node goes at once) --> STOPPED
 
-Partitions are reconciled from ZooKeeper: a ChildrenWatch on ``/brokers/topics`` and a DataWatch
-per topic config (both fire on kazoo's thread) schedule :meth:`Broker.reconcile` on the event
-loop, which opens logs of partitions assigned here, applies config changes, and deletes the
-local logs of topics that no longer exist.
+ZooKeeper session handling: a *lease* is renewed by a successful ZooKeeper read at least every
+``LEASE_RENEW_S``; it lasts a third of the session timeout. Without a valid lease (session
+SUSPENDED or LOST, or this process was paused) the broker refuses to act as leader: produce,
+fetch and ListOffsets answer NOT_LEADER_OR_FOLLOWER, so a broker cut off from ZooKeeper never
+acknowledges writes that a newly elected leader does not have. After a new session it
+re-registers and re-reads every partition state.
 
-Thread-safety: all mutable state (``partitions``, ``topic_configs``) is touched only on the
-event loop thread. Blocking ZooKeeper calls from request handlers go through
-:meth:`Broker.zk_call` (a worker thread) so the loop keeps serving.
+Replica roles come from the partition-state znodes: a DataWatch per hosted partition schedules
+:meth:`Broker._apply_state` on the event loop. Leaders track followers and maintain the ISR
+(version-checked writes of the state znode, same epoch); followers fetch through one
+:class:`ReplicaFetcher` per leader. Topic creation/deletion reaches every broker through a
+ChildrenWatch on ``/brokers/topics`` (:meth:`Broker.reconcile`).
+
+Thread-safety: all mutable state is touched only on the event loop thread; kazoo callbacks hop
+onto it with ``call_soon_threadsafe``; blocking ZooKeeper calls run in worker threads
+(:meth:`Broker.zk_call`).
 """
 
 from __future__ import annotations
@@ -31,8 +41,17 @@ from typing import Any, TypeVar
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from loglake.broker.partition import Partition
-from loglake.catalog.zookeeper import BrokerInfo, ClusterCatalog, TopicMetadata
+from loglake.broker import election
+from loglake.broker.controller import Controller
+from loglake.broker.partition import Partition, Role
+from loglake.broker.replica_fetcher import ReplicaFetcher
+from loglake.catalog.zookeeper import (
+    BrokerInfo,
+    ClusterCatalog,
+    PartitionState,
+    StaleStateError,
+    TopicMetadata,
+)
 from loglake.config import BrokerConfig, TopicConfig
 from loglake.errors import LoglakeError, NotLeaderError, UnknownTopicError
 
@@ -41,6 +60,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 PRODUCER_ID_BLOCK_SIZE = 1000
+LEASE_RENEW_S = 0.5
+ISR_CHECK_S = 0.5
+SHUTDOWN_HANDOVER_S = 10.0
 
 
 class Broker:
@@ -55,8 +77,14 @@ class Broker:
         self.topics: dict[str, TopicMetadata] = {}
         self.topic_configs: dict[str, TopicConfig] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
+        self.live_brokers: dict[int, BrokerInfo] = {}
+        self.partition_states: dict[tuple[str, int], PartitionState] = {}  # metadata cache
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.controller = Controller(self)
         self.cluster_id = ""
         self.controller_id = -1
+        self.stopping = False
+        self._lease_until = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reconcile_pending = False
         self._producer_ids: list[int] = []
@@ -70,38 +98,86 @@ class Broker:
         self.catalog.add_state_listener(self._on_zk_state)
         self.cluster_id = await self.zk_call(self._ensure_cluster_id)
         await self.zk_call(self._register)
-        await self.zk_call(self._elect_controller)
+        self._renew_lease()
+        self.catalog.watch_brokers(lambda _ids: self._soon(self._refresh_brokers))
+        self.catalog.zk.DataWatch("/controller")(self._on_controller_change)
+        await self._refresh_brokers_now()
         self.reconcile()
         self.catalog.watch_topics(lambda _children: self._schedule_reconcile())
-        self._tasks.append(asyncio.create_task(self._flush_loop()))
+        for coroutine in (self._flush_loop(), self._lease_loop(), self._isr_loop(),
+                          self.controller.run()):
+            self._tasks.append(asyncio.create_task(coroutine))
 
     async def stop(self) -> None:
+        """Controlled shutdown, then close everything (see the module docstring)."""
+        self.stopping = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._controlled_shutdown(), SHUTDOWN_HANDOVER_S)
         for task in self._tasks:
             task.cancel()
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
         for partition in self.partitions.values():
             try:
                 partition.close()
             except Exception:
-                log.exception("closing %s-%d failed", partition.topic, partition.index)
+                log.exception("closing %s failed", partition.name)
         self.partitions.clear()
         await self.zk_call(self.catalog.stop)
 
     async def zk_call(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(func, *args)
 
+    def _soon(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` on the event loop (callable from kazoo's threads)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(callback)
+
+    # ------------------------------------------------------------------ ZooKeeper session
     def _on_zk_state(self, state: KazooState) -> None:
         log.warning("ZooKeeper session state: %s", state)
-        if state == KazooState.CONNECTED and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._after_reconnect)
+        if state != KazooState.CONNECTED:
+            self._lease_until = 0.0  # stop acting as leader at once
+            self._soon(self.controller.resign)
+        else:
+            self._soon(self._after_reconnect)
 
     def _after_reconnect(self) -> None:
         async def again() -> None:
-            with contextlib.suppress(Exception):
+            try:
                 await self.zk_call(self._register)
-                await self.zk_call(self._elect_controller)
-            self.reconcile()
+                self._renew_lease()
+                await self._refresh_brokers_now()
+                await self._reload_all_states()
+                self.reconcile()
+                self.controller.poke()
+            except Exception:
+                log.exception("re-registration after reconnect failed")
 
-        self._tasks.append(asyncio.ensure_future(again()))
+        if not self.stopping:
+            self._tasks.append(asyncio.ensure_future(again()))
+
+    def zk_healthy(self) -> bool:
+        return time.monotonic() < self._lease_until
+
+    def _renew_lease(self) -> None:
+        self._lease_until = time.monotonic() + self.config.zookeeper_session_timeout_ms / 3000
+
+    async def _lease_loop(self) -> None:
+        path = f"/brokers/ids/{self.config.broker_id}"
+        while True:
+            await asyncio.sleep(LEASE_RENEW_S)
+            started = time.monotonic()
+            try:
+                stat = await self.zk_call(self.catalog.zk.exists, path)
+            except Exception:
+                continue
+            if stat is not None and stat.ephemeralOwner == self.catalog.zk.client_id[0]:
+                self._lease_until = started + self.config.zookeeper_session_timeout_ms / 3000
+            elif stat is None and self.catalog.zk.connected and not self.stopping:
+                log.warning("our /brokers/ids node is gone: registering again")
+                self._after_reconnect()
 
     def _ensure_cluster_id(self) -> str:
         zk = self.catalog.zk
@@ -125,32 +201,32 @@ class Broker:
                     raise
                 time.sleep(0.5)
 
-    def _elect_controller(self) -> None:
-        """Minimal controller election: first broker to create ``/controller`` wins."""
-        zk = self.catalog.zk
-        value = json.dumps({"version": 1, "brokerid": self.config.broker_id,
-                            "timestamp": str(int(time.time() * 1000))}).encode()
-        with contextlib.suppress(NodeExistsError):
-            zk.create("/controller", value, ephemeral=True)
+    def _on_controller_change(self, data: bytes | None, _stat: Any) -> None:
+        controller = json.loads(data)["brokerid"] if data else -1
 
-        def on_change(data: bytes | None, _stat: Any) -> None:
-            if data is None:
-                with contextlib.suppress(NodeExistsError):
-                    zk.create("/controller", value, ephemeral=True)
-                return
-            self.controller_id = int(json.loads(data)["brokerid"])
+        def apply() -> None:
+            self.controller_id = int(controller)
+            self.controller.poke()
 
-        zk.DataWatch("/controller")(on_change)
+        self._soon(apply)
 
-    # ------------------------------------------------------------------ partitions
+    def _refresh_brokers(self) -> None:
+        self._tasks.append(asyncio.ensure_future(self._refresh_brokers_now()))
+        self.controller.poke()
+
+    async def _refresh_brokers_now(self) -> None:
+        with contextlib.suppress(Exception):
+            self.live_brokers = await self.zk_call(self.catalog.brokers)
+
+    # ------------------------------------------------------------------ topics and replicas
     def _schedule_reconcile(self) -> None:
-        if self._loop is None or self._reconcile_pending:
+        if self._reconcile_pending:
             return
         self._reconcile_pending = True
-        self._loop.call_soon_threadsafe(self.reconcile)
+        self._soon(self.reconcile)
 
     def reconcile(self) -> None:
-        """Make local partitions match ZooKeeper (runs on the event loop)."""
+        """Make local replicas match ZooKeeper's topics (runs on the event loop)."""
         self._reconcile_pending = False
         names = set(self.catalog.topic_names())
         for name in names:
@@ -165,7 +241,10 @@ class Broker:
             self._apply_config(name, meta.configs)
             for index, replicas in meta.assignment.items():
                 if self.config.broker_id in replicas and (name, index) not in self.partitions:
-                    self._open_partition(name, index)
+                    self._open_partition(name, index, replicas)
+                if first_time:
+                    self.catalog.watch_partition_state(name, index,
+                                                       self._state_watcher(name, index))
         for name in set(self.topics) - names:
             self._drop_topic(name)
 
@@ -178,11 +257,7 @@ class Broker:
             return uuid.UUID(int=0)
 
     def _config_watcher(self, topic: str) -> Callable[[dict[str, str]], None]:
-        return lambda _config: self._schedule_config(topic)
-
-    def _schedule_config(self, topic: str) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._reload_config, topic)
+        return lambda _config: self._soon(lambda: self._reload_config(topic))
 
     def _reload_config(self, topic: str) -> None:
         if topic in self.topics:
@@ -201,21 +276,71 @@ class Broker:
             if topic == name:
                 partition.update_config(config)
 
-    def _open_partition(self, topic: str, index: int) -> None:
-        state = self.catalog.partition_state(topic, index)
+    def unclean_election(self, topic: str) -> bool:
+        config = self.topic_configs.get(topic)
+        return bool(config and config.unclean_leader_election_enable)
+
+    def _open_partition(self, topic: str, index: int, replicas: tuple[int, ...]) -> None:
         partition = Partition(
             topic, index, self.partition_dir(topic, index), self.topic_configs[topic],
-            leader_epoch=state.leader_epoch if state else 0, clock=self.clock,
+            broker_id=self.config.broker_id, replicas=replicas, clock=self.clock,
         )
         self.partitions[(topic, index)] = partition
-        log.info("opened %s-%d at offsets [%d, %d)", topic, index,
-                 partition.log_start_offset, partition.high_watermark)
+        log.info("opened %s at offsets [%d, %d), hw %d", partition.name,
+                 partition.log_start_offset, partition.log.log_end_offset,
+                 partition.high_watermark)
+
+    def _state_watcher(self, topic: str, index: int) -> Callable[[PartitionState | None], None]:
+        return lambda state: self._soon(lambda: self._on_state(topic, index, state))
+
+    def _on_state(self, topic: str, index: int, state: PartitionState | None) -> None:
+        key = (topic, index)
+        if state is None:
+            self.partition_states.pop(key, None)
+            return
+        known = self.partition_states.get(key)
+        if known is not None and state.zk_version < known.zk_version:
+            return
+        self.partition_states[key] = state
+        partition = self.partitions.get(key)
+        if partition is not None:
+            self._apply_state(partition, state)
+
+    async def _reload_all_states(self) -> None:
+        for (topic, index), (_replicas, state) in (
+            await self.zk_call(self.catalog.all_partition_states)
+        ).items():
+            self._on_state(topic, index, state)
+
+    def _apply_state(self, partition: Partition, state: PartitionState | None) -> None:
+        key = (partition.topic, partition.index)
+        if state is None or self.partitions.get(key) is not partition:
+            return
+        if partition.state is not None and state.zk_version < partition.state.zk_version:
+            return  # an older notification overtaken by a newer read
+        was = (partition.role, partition.leader_id, partition.leader_epoch)
+        restart_following = partition.apply_state(state)
+        now = (partition.role, partition.leader_id, partition.leader_epoch)
+        if was != now:
+            log.info("%s: %s of epoch %d (leader %d, isr %s)", partition.name,
+                     partition.role.value, state.leader_epoch, state.leader, list(state.isr))
+        for fetcher in self.fetchers.values():
+            if partition.role is not Role.FOLLOWER or fetcher.leader_id != state.leader:
+                fetcher.remove(key)
+        if partition.role is Role.FOLLOWER and state.leader >= 0 and restart_following:
+            if state.leader not in self.fetchers:
+                self.fetchers[state.leader] = ReplicaFetcher(self, state.leader)
+            self.fetchers[state.leader].add(partition)
 
     def _drop_topic(self, name: str) -> None:
         self.topics.pop(name, None)
         self.topic_configs.pop(name, None)
         self.topic_ids.pop(name, None)
+        for key in [k for k in self.partition_states if k[0] == name]:
+            del self.partition_states[key]
         for key in [k for k in self.partitions if k[0] == name]:
+            for fetcher in self.fetchers.values():
+                fetcher.remove(key)
             partition = self.partitions.pop(key)
             partition.close()
             shutil.rmtree(self.partition_dir(*key), ignore_errors=True)
@@ -225,14 +350,68 @@ class Broker:
         return self.config.log_dir / f"{topic}-{index}"
 
     def leader_partition(self, topic: str, index: int) -> Partition:
-        """The partition if this broker leads it; UnknownTopicError / NotLeaderError else."""
+        """The partition if this broker leads it now (valid ZooKeeper lease); else
+        UnknownTopicError (no such partition) or NotLeaderError (clients refresh metadata)."""
         partition = self.partitions.get((topic, index))
-        if partition is not None:
-            return partition
-        meta = self.topics.get(topic)
-        if meta is None or index not in meta.assignment:
-            raise UnknownTopicError(f"This server does not host {topic}-{index}.")
-        raise NotLeaderError(f"Broker {self.config.broker_id} does not lead {topic}-{index}.")
+        if partition is None:
+            meta = self.topics.get(topic)
+            if meta is None or index not in meta.assignment:
+                raise UnknownTopicError(f"This server does not host {topic}-{index}.")
+            raise NotLeaderError(f"Broker {self.config.broker_id} does not host {topic}-{index}.")
+        partition.require_leader()
+        if not self.zk_healthy():
+            raise NotLeaderError(
+                f"Broker {self.config.broker_id} has no live ZooKeeper session; it does not "
+                f"act as leader of {topic}-{index}."
+            )
+        return partition
+
+    # ------------------------------------------------------------------ ISR maintenance
+    async def _isr_loop(self) -> None:
+        while True:
+            await asyncio.sleep(ISR_CHECK_S)
+            if not self.zk_healthy():
+                continue
+            for partition in list(self.partitions.values()):
+                if partition.role is not Role.LEADER or partition.state is None:
+                    continue
+                lagging, caught_up = partition.isr_changes(self.config.replica_lag_time_max_ms)
+                new = election.isr_change(partition.state, self.config.broker_id,
+                                          partition.replicas, lagging, caught_up)
+                if new is None:
+                    continue
+                try:
+                    version = await self.zk_call(self.catalog.update_partition_state,
+                                                 partition.topic, partition.index, new)
+                except StaleStateError:
+                    continue  # the watch brings the newer state
+                log.warning("%s: ISR %s -> %s", partition.name, list(partition.isr),
+                            list(new.isr))
+                self._on_state(partition.topic, partition.index, PartitionState(
+                    new.leader, new.leader_epoch, new.isr, new.controller_epoch, version))
+
+    async def _controlled_shutdown(self) -> None:
+        if not self.zk_healthy():
+            return
+        live = set(self.live_brokers)
+        views = [
+            election.PartitionView(p.topic, p.index, p.replicas, p.state)
+            for p in self.partitions.values() if p.state is not None
+        ]
+        for write in election.shutdown_moves(views, self.config.broker_id, live):
+            try:
+                await self.zk_call(self.catalog.update_partition_state, write.topic,
+                                   write.partition, write.state)
+                log.warning("%s-%d: %s", write.topic, write.partition, write.reason)
+            except StaleStateError:
+                continue
+        # give the new leaders a moment to take over before our connections close
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(
+            p.role is Role.LEADER and len(p.replicas) > 1 and len(p.isr) > 1
+            for p in self.partitions.values()
+        ):
+            await asyncio.sleep(0.1)
 
     async def _flush_loop(self) -> None:
         interval = self.config.log_flush_scheduler_interval_ms / 1000
@@ -241,8 +420,9 @@ class Broker:
             for partition in list(self.partitions.values()):
                 try:
                     partition.log.flush_if_due()
+                    partition.checkpoint_hw()
                 except Exception:
-                    log.exception("flush of %s-%d failed", partition.topic, partition.index)
+                    log.exception("flush of %s failed", partition.name)
 
     # ------------------------------------------------------------------ producer ids
     async def allocate_producer_id(self) -> int:

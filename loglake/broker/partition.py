@@ -1,35 +1,83 @@
-"""One partition hosted by this broker: its log, idempotent-producer state and fetch waiters.
+"""One partition replica hosted by this broker: log, role, high watermark, follower progress.
 
-The high watermark is the offset below which records are visible to consumers. With a single
-replica (this issue) it equals the log end offset after every append; replication will move it
-to the minimum log end offset of the in-sync replicas.
+Roles (from the partition-state znode in ZooKeeper, applied by :meth:`Partition.apply_state`)::
 
-Thread-safety: everything here runs on the broker's event loop thread; no locks.
+    NONE ──state names us leader──▶ LEADER ◀──new state, leader == us──┐
+      │                              │ state names someone else        │
+      └──state names someone else──▶ FOLLOWER ─────────────────────────┘
+
+Invariants:
+
+* Consumers only see offsets below the high watermark (HW). As leader, HW is the minimum log end
+  offset (LEO) over the ISR, never decreasing while leading; a follower learns HW from the
+  leader's fetch responses, capped by its own LEO. HW is checkpointed (``high-watermark``) so a
+  restarted replica does not expose uncommitted records nor hide committed ones for long.
+* On becoming leader with epoch E, the leader-epoch cache records (E, LEO): followers truncate
+  against it (KIP-101/279) instead of trusting their HW.
+* acks=all waiters complete when HW passes their last offset, fail with NOT_LEADER_OR_FOLLOWER
+  when this replica stops leading, and time out otherwise.
+* A follower is *caught up* at time T if its fetch offset reached the leader's LEO as it was at
+  its previous fetch at T (Kafka's rule); followers not caught up for ``replica.lag.time.max.ms``
+  leave the ISR, followers whose LEO reaches HW (and the current epoch's start) rejoin it.
+
+Thread-safety: everything runs on the broker's event-loop thread; no locks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loglake.broker.producer_state import ProducerStateTable
+from loglake.catalog.zookeeper import PartitionState
 from loglake.config import TopicConfig
-from loglake.errors import OutOfOrderSequenceError
+from loglake.errors import NotLeaderError, OutOfOrderSequenceError
+from loglake.segments import checkpoint
 from loglake.segments.batch import parse_batches
 from loglake.segments.log import PartitionLog
 
+HW_CHECKPOINT = "high-watermark"
+# a follower only rejoins the ISR on the strength of a recent fetch (Kafka expands on fetch)
+FRESH_FETCH_MS = 2000
+
+
+class Role(enum.Enum):
+    NONE = "none"
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+@dataclass
+class FollowerProgress:
+    """What the leader knows of one follower (reset at every leadership change)."""
+
+    log_end_offset: int = -1
+    last_caught_up_ms: float = 0.0
+    last_fetch_leader_leo: int = 0
+    last_fetch_ms: float = 0.0
+
 
 class AppendOutcome:
-    """What a produce to this partition answers: base offset, append time, log start."""
+    """What a produce to this partition answers: offsets, append time, log start."""
 
-    __slots__ = ("base_offset", "log_append_time_ms", "log_start_offset")
+    __slots__ = ("base_offset", "last_offset", "log_append_time_ms", "log_start_offset")
 
-    def __init__(self, base_offset: int, log_append_time_ms: int, log_start_offset: int):
+    def __init__(self, base_offset: int, last_offset: int, log_append_time_ms: int,
+                 log_start_offset: int):
         self.base_offset = base_offset
+        self.last_offset = last_offset
         self.log_append_time_ms = log_append_time_ms
         self.log_start_offset = log_start_offset
+
+
+@dataclass
+class _AckWaiter:
+    offset: int
+    future: asyncio.Future[None] = field(repr=False)
 
 
 class Partition:
@@ -40,56 +88,234 @@ class Partition:
         directory: Path,
         config: TopicConfig,
         *,
-        leader_epoch: int = 0,
+        broker_id: int,
+        replicas: tuple[int, ...] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.topic = topic
         self.index = index
         self.config = config
-        self.leader_epoch = leader_epoch
+        self.broker_id = broker_id
+        self.replicas = replicas or (broker_id,)
+        self.clock = clock
         self.log = PartitionLog.open(directory, config, clock=clock)
         self.producers = ProducerStateTable()
+        self.role = Role.NONE
+        self.state: PartitionState | None = None
+        self.leader_epoch = -1
+        self.followers: dict[int, FollowerProgress] = {}
+        self._hw = min(self._read_hw_checkpoint(), self.log.log_end_offset)
+        self._hw_checkpointed = self._hw
         self._waiters: set[asyncio.Future[None]] = set()
-        self._rebuild_producer_state()
-
-    def _rebuild_producer_state(self) -> None:
+        self._ack_waiters: list[_AckWaiter] = []
         for header in self.log.batch_headers(self.log.log_start_offset):
             self.producers.record_batch(header)
 
+    # ------------------------------------------------------------------ state
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        return self._hw
 
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return self.state.isr if self.state is not None else ()
+
+    @property
+    def leader_id(self) -> int:
+        return self.state.leader if self.state is not None else -1
+
+    def apply_state(self, state: PartitionState) -> bool:
+        """Adopt a new partition state; returns True if this replica must (re)start following
+        (new leader or new epoch), so the caller can schedule truncation and fetching."""
+        previous = self.state
+        self.state = state
+        if state.leader == self.broker_id:
+            if self.role is not Role.LEADER or state.leader_epoch != self.leader_epoch:
+                self._become_leader(state)
+            else:
+                self._maybe_advance_hw()  # the ISR may have shrunk
+            return False
+        new_leader = (
+            self.role is not Role.FOLLOWER
+            or previous is None
+            or previous.leader != state.leader
+            or previous.leader_epoch != state.leader_epoch
+        )
+        self.role = Role.FOLLOWER
+        self.leader_epoch = state.leader_epoch
+        self.followers.clear()
+        self._fail_ack_waiters()
+        return new_leader
+
+    def _become_leader(self, state: PartitionState) -> None:
+        now = self.clock() * 1000
+        self.role = Role.LEADER
+        self.leader_epoch = state.leader_epoch
+        self.log.leader_epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
+        self.followers = {
+            replica: FollowerProgress(last_caught_up_ms=now, last_fetch_ms=now)
+            for replica in self.replicas if replica != self.broker_id
+        }
+        self._maybe_advance_hw()
+
+    def require_leader(self) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(
+                f"Broker {self.broker_id} is not the leader of {self.name} "
+                f"(leader: {self.leader_id})."
+            )
+
+    # ------------------------------------------------------------------ leader: append
     def append(self, records: bytes) -> AppendOutcome:
-        """Validate idempotence, append, wake fetchers. Raises LoglakeError subclasses."""
+        """Append a producer's batches as leader (idempotence checked); wakes fetchers."""
+        self.require_leader()
         headers = parse_batches(records)
         duplicates = [self.producers.check_batch(h) for h in headers]
         if any(d is not None for d in duplicates):
             if all(d is not None for d in duplicates):
                 first = duplicates[0]
                 assert first is not None
-                return AppendOutcome(first, -1, self.log.log_start_offset)
+                last = first + sum(h.last_offset_delta + 1 for h in headers) - 1
+                return AppendOutcome(first, last, -1, self.log.log_start_offset)
             raise OutOfOrderSequenceError(
                 "Request mixes duplicate and new batches of an idempotent producer."
             )
         result = self.log.append(records, leader_epoch=self.leader_epoch, headers=headers)
         for header in result.batches:
             self.producers.record_batch(header)
+        self._maybe_advance_hw()
         self._wake()
-        return AppendOutcome(result.base_offset, result.log_append_time_ms,
+        return AppendOutcome(result.base_offset, result.last_offset, result.log_append_time_ms,
                              result.log_start_offset)
 
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool) -> bytes:
-        """Committed batches from ``offset`` (below the high watermark), size-limited."""
-        return self.log.read(offset, max_bytes, max_offset=self.high_watermark,
+    async def wait_committed(self, last_offset: int, timeout: float) -> None:
+        """Wait until HW > ``last_offset`` (acks=all). TimeoutError or NotLeaderError."""
+        if self._hw > last_offset:
+            return
+        self.require_leader()
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ack_waiters.append(_AckWaiter(last_offset, future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+        finally:
+            self._ack_waiters = [w for w in self._ack_waiters if w.future is not future]
+
+    def _fail_ack_waiters(self) -> None:
+        waiters, self._ack_waiters = self._ack_waiters, []
+        for waiter in waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(NotLeaderError(
+                    f"Broker {self.broker_id} lost leadership of {self.name} before the write "
+                    "was replicated."
+                ))
+
+    # ------------------------------------------------------------------ leader: followers
+    def record_follower_fetch(self, replica: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: that is its log end offset."""
+        progress = self.followers.get(replica)
+        if progress is None or self.role is not Role.LEADER:
+            return
+        now = self.clock() * 1000
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            progress.last_caught_up_ms = now
+        elif fetch_offset >= progress.last_fetch_leader_leo:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
+        progress.log_end_offset = fetch_offset
+        progress.last_fetch_leader_leo = leo
+        progress.last_fetch_ms = now
+        self._maybe_advance_hw()
+
+    def isr_changes(self, lag_time_ms: int) -> tuple[set[int], set[int]]:
+        """(followers to drop from the ISR, followers to add) as of now."""
+        if self.role is not Role.LEADER or self.state is None:
+            return set(), set()
+        now = self.clock() * 1000
+        isr = set(self.state.isr)
+        epoch_start = self._epoch_start_offset()
+        lagging = {
+            replica for replica, progress in self.followers.items()
+            if replica in isr and now - progress.last_caught_up_ms > lag_time_ms
+        }
+        caught_up = {
+            replica for replica, progress in self.followers.items()
+            if replica not in isr and progress.log_end_offset >= max(self._hw, epoch_start)
+            and now - progress.last_fetch_ms <= FRESH_FETCH_MS
+        }
+        return lagging, caught_up
+
+    def _epoch_start_offset(self) -> int:
+        for epoch, start in reversed(self.log.leader_epoch_cache.entries):
+            if epoch == self.leader_epoch:
+                return int(start)
+        return 0
+
+    def _maybe_advance_hw(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        candidates = [self.log.log_end_offset]
+        for replica in self.isr:
+            if replica == self.broker_id:
+                continue
+            progress = self.followers.get(replica)
+            candidates.append(progress.log_end_offset if progress else -1)
+        new_hw = min(candidates)
+        if new_hw > self._hw:
+            self._hw = new_hw
+            self._complete_ack_waiters()
+            self._wake()
+
+    def _complete_ack_waiters(self) -> None:
+        remaining = []
+        for waiter in self._ack_waiters:
+            if waiter.offset < self._hw:
+                if not waiter.future.done():
+                    waiter.future.set_result(None)
+            else:
+                remaining.append(waiter)
+        self._ack_waiters = remaining
+
+    # ------------------------------------------------------------------ follower
+    def append_as_follower(self, records: bytes, leader_hw: int) -> None:
+        """Append batches fetched from the leader (offsets kept) and adopt its HW."""
+        if records:
+            result = self.log.append_as_follower(records)
+            for header in result.batches:
+                self.producers.record_batch(header)
+        self.set_follower_hw(leader_hw)
+
+    def set_follower_hw(self, leader_hw: int) -> None:
+        new_hw = min(leader_hw, self.log.log_end_offset)
+        if new_hw != self._hw:
+            self._hw = new_hw
+            self._wake()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop local records at or after ``offset`` (divergent tail) and their producer state."""
+        if offset >= self.log.log_end_offset:
+            return
+        self.log.truncate_to(offset)
+        self.producers.truncate_from(self.log.log_end_offset)
+        self._hw = min(self._hw, self.log.log_end_offset)
+
+    # ------------------------------------------------------------------ reads and waits
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,
+             committed_only: bool = True) -> bytes:
+        """Batches from ``offset``: below HW for consumers, up to LEO for followers."""
+        return self.log.read(offset, max_bytes,
+                             max_offset=self._hw if committed_only else None,
                              min_one_batch=min_one_batch)
 
     def waiter(self) -> asyncio.Future[None]:
-        """A future completed at the next append (used by long-polling fetches)."""
+        """A future completed at the next append or HW change (long-polling fetches)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.add(future)
         future.add_done_callback(self._waiters.discard)
@@ -100,10 +326,28 @@ class Partition:
             if not future.done():
                 future.set_result(None)
 
+    # ------------------------------------------------------------------ lifecycle
+    def _hw_path(self) -> Path:
+        return self.log.directory / HW_CHECKPOINT
+
+    def _read_hw_checkpoint(self) -> int:
+        try:
+            lines = self._hw_path().read_text().split()
+            return int(lines[2])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def checkpoint_hw(self) -> None:
+        if self._hw != self._hw_checkpointed:
+            checkpoint.write_durably(self._hw_path(), f"0\n1\n{self._hw}\n".encode())
+            self._hw_checkpointed = self._hw
+
     def update_config(self, config: TopicConfig) -> None:
         self.config = config
         self.log.update_config(config)
 
     def close(self) -> None:
+        self._fail_ack_waiters()
         self._wake()
+        self.checkpoint_hw()
         self.log.close()

@@ -29,12 +29,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from loglake.errors import TopicExistsError, UnknownTopicError
+from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
+
+
+class ControllerMovedError(LoglakeError):
+    """``/controller_epoch`` changed: another broker is controller now; stop writing."""
+
+
+class StaleStateError(LoglakeError):
+    """The partition-state znode changed since it was read; re-read and decide again."""
 
 BROKER_IDS = "/brokers/ids"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
@@ -246,10 +256,7 @@ class ClusterCatalog:
             raw, stat = self.zk.get(f"{TOPICS}/{topic}/partitions/{partition}/state")
         except NoNodeError:
             return None
-        data = json.loads(raw)
-        return PartitionState(int(data["leader"]), int(data["leader_epoch"]),
-                              tuple(data["isr"]), int(data.get("controller_epoch", 0)),
-                              stat.version)
+        return _parse_state(raw, stat.version)
 
     def set_partition_state(self, topic: str, partition: int, state: PartitionState) -> int:
         """Write ``state`` only if the znode is still at ``state.zk_version``; new version back.
@@ -259,3 +266,103 @@ class ClusterCatalog:
         stat = self.zk.set(f"{TOPICS}/{topic}/partitions/{partition}/state", state.to_json(),
                            version=state.zk_version)
         return int(stat.version)
+
+    def watch_brokers(self, callback: Callable[[list[str]], Any]) -> None:
+        self.zk.ChildrenWatch(BROKER_IDS)(callback)
+
+    def watch_partition_state(
+        self, topic: str, partition: int, callback: Callable[[PartitionState | None], Any]
+    ) -> None:
+        """Call ``callback`` with the state now and after every change; stops when deleted."""
+
+        def on_change(data: bytes | None, stat: Any) -> bool | None:
+            if data is None:
+                callback(None)
+                return False
+            callback(_parse_state(data, stat.version))
+            return None
+
+        self.zk.DataWatch(f"{TOPICS}/{topic}/partitions/{partition}/state")(on_change)
+
+    def update_partition_state(self, topic: str, partition: int, state: PartitionState) -> int:
+        """A leader's ISR change: write iff the znode is still at ``state.zk_version``.
+
+        Raises StaleStateError when someone (controller, new leader) wrote in between.
+        """
+        try:
+            return self.set_partition_state(topic, partition, state)
+        except BadVersionError:
+            raise StaleStateError(f"state of {topic}-{partition} changed concurrently") from None
+
+    # ---- controller
+    def try_become_controller(self, broker_id: int) -> tuple[int, int] | None:
+        """Create the ephemeral ``/controller``; if it is ours, bump ``/controller_epoch``.
+
+        Returns (epoch, epoch znode version) for conditioning later writes, or None if another
+        broker holds ``/controller``. The epoch bump is version-checked, so two brokers racing
+        through a controller change can never both hold the same epoch.
+        """
+        value = _dump({"version": 1, "brokerid": broker_id})
+        try:
+            self.zk.create(CONTROLLER, value, ephemeral=True)
+        except NodeExistsError:
+            raw, stat = self.zk.get(CONTROLLER)
+            if stat.ephemeralOwner != self.zk.client_id[0]:
+                return None
+        while True:
+            try:
+                raw, stat = self.zk.get(CONTROLLER_EPOCH)
+            except NoNodeError:
+                try:
+                    self.zk.create(CONTROLLER_EPOCH, b"1")
+                    _, stat = self.zk.get(CONTROLLER_EPOCH)
+                    return 1, stat.version
+                except NodeExistsError:
+                    continue
+            epoch = int(raw) + 1
+            try:
+                new = self.zk.set(CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+                return epoch, new.version
+            except BadVersionError:
+                continue
+
+    def controller_id(self) -> int:
+        try:
+            raw, _ = self.zk.get(CONTROLLER)
+        except NoNodeError:
+            return -1
+        return int(json.loads(raw)["brokerid"])
+
+    def controller_write(self, topic: str, partition: int, state: PartitionState,
+                         epoch_version: int) -> None:
+        """Apply a controller decision (KAFKA-6082): one transaction that checks the
+        ``/controller_epoch`` version we set and the state znode version we read."""
+        tx = self.zk.transaction()
+        tx.check(CONTROLLER_EPOCH, epoch_version)
+        tx.set_data(f"{TOPICS}/{topic}/partitions/{partition}/state", state.to_json(),
+                    version=state.zk_version)
+        results = tx.commit()
+        if isinstance(results[0], Exception):
+            raise ControllerMovedError("controller epoch changed: no longer controller")
+        if isinstance(results[1], Exception):
+            raise StaleStateError(f"state of {topic}-{partition} changed concurrently")
+
+    def all_partition_states(self) -> dict[tuple[str, int], tuple[tuple[int, ...],
+                                                                   PartitionState]]:
+        """(topic, partition) -> (replicas, state) for every partition with a state znode."""
+        result = {}
+        for name in self.topic_names():
+            meta = self.topic(name)
+            if meta is None:
+                continue
+            for partition, replicas in meta.assignment.items():
+                state = self.partition_state(name, partition)
+                if state is not None:
+                    result[(name, partition)] = (replicas, state)
+        return result
+
+
+def _parse_state(raw: bytes, version: int) -> PartitionState:
+    data = json.loads(raw)
+    return PartitionState(int(data["leader"]), int(data["leader_epoch"]), tuple(data["isr"]),
+                          int(data.get("controller_epoch", 0)), version)

@@ -74,6 +74,7 @@ def _collect(
     watched: list[Partition] = []
     responses = []
     read_committed = getattr(request, "isolation_level", 0) == 1
+    replica = getattr(request, "replica_id", -1)
     for topic in request.topics:
         partitions = []
         for wanted in topic.partitions:
@@ -85,6 +86,8 @@ def _collect(
             try:
                 partition = broker.leader_partition(topic.topic, wanted.partition)
                 _check_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
+                if replica >= 0:
+                    partition.record_follower_fetch(replica, wanted.fetch_offset)
                 entry["high_watermark"] = partition.high_watermark
                 entry["last_stable_offset"] = partition.high_watermark
                 entry["log_start_offset"] = partition.log_start_offset
@@ -98,9 +101,11 @@ def _collect(
                     )
                 limit = min(wanted.partition_max_bytes, budget - total)
                 records = b""
-                if wanted.fetch_offset < partition.high_watermark and (limit > 0 or total == 0):
+                visible = partition.high_watermark if replica < 0 else partition.log.log_end_offset
+                if wanted.fetch_offset < visible and (limit > 0 or total == 0):
                     records = partition.read(wanted.fetch_offset, max(limit, 0),
-                                             min_one_batch=total == 0)
+                                             min_one_batch=total == 0,
+                                             committed_only=replica < 0)
                 entry["records"] = records
                 entry["error_code"] = ErrorCode.none
                 total += len(records)
@@ -149,3 +154,24 @@ def _lookup(partition: Partition, timestamp: int) -> dict[str, int]:
     if hit is None or hit[0] >= partition.high_watermark:
         return {"offset": -1, "timestamp": -1}
     return {"offset": hit[0], "timestamp": hit[1]}
+
+
+async def offset_for_leader_epoch(broker: Broker, frame: RequestFrame) -> Any:
+    """KIP-101/279: the end offset of the requested epoch in the leader's log."""
+    request = frame.body
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            entry: dict[str, Any] = {"partition": wanted.partition, "leader_epoch": -1,
+                                     "end_offset": -1}
+            try:
+                partition = broker.leader_partition(topic.topic, wanted.partition)
+                _check_epoch(partition, wanted.current_leader_epoch)
+                epoch, end = partition.log.leader_epoch_cache.end_offset_for(wanted.leader_epoch)
+                entry.update(leader_epoch=epoch, end_offset=end, error_code=ErrorCode.none)
+            except LoglakeError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return build(response_class(23, frame.api_version), {"topics": topics})

@@ -45,7 +45,7 @@ async def metadata(broker: Broker, frame: RequestFrame) -> Any:
         if name not in broker.topics and auto_create:
             await _auto_create(broker, name)
         topics.append(_topic_metadata(broker, name))
-    brokers = await broker.zk_call(broker.catalog.brokers)
+    brokers = broker.live_brokers
     return build(
         response_class(3, version),
         {
@@ -79,19 +79,20 @@ def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
         except LoglakeError:
             error = ErrorCode.invalid_topic_exception
         return {"error_code": error, "name": name, "partitions": []}
+    live = broker.live_brokers
     partitions = []
     for index, replicas in meta.assignment.items():
-        partition = broker.partitions.get((name, index))
-        leader = broker.config.broker_id if partition is not None else -1
+        state = broker.partition_states.get((name, index))
+        leader = state.leader if state is not None and state.leader in live else -1
         partitions.append(
             {
-                "error_code": ErrorCode.none if partition else ErrorCode.leader_not_available,
+                "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
                 "partition_index": index,
-                "leader_id": leader if partition else replicas[0],
-                "leader_epoch": partition.leader_epoch if partition else 0,
+                "leader_id": leader,
+                "leader_epoch": state.leader_epoch if state is not None else -1,
                 "replica_nodes": list(replicas),
-                "isr_nodes": list(replicas),
-                "offline_replicas": [],
+                "isr_nodes": list(state.isr) if state is not None else [],
+                "offline_replicas": [r for r in replicas if r not in live],
             }
         )
     return {

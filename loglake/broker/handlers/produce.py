@@ -1,20 +1,30 @@
 """Produce and InitProducerId.
 
-Produce semantics: acks must be 0, 1 or -1 (INVALID_REQUIRED_ACKS otherwise); with a single
-replica, acks=-1 is satisfied by the leader's append. acks=0 gets no response frame at all (the
-server returns None). Each partition is appended independently: one failing partition does not
-fail the others. Errors carry Kafka's code plus an ``error_message`` (v8+).
+Produce semantics: acks must be 0, 1 or -1 (INVALID_REQUIRED_ACKS otherwise). acks=-1 is refused
+up front with NOT_ENOUGH_REPLICAS when the ISR is smaller than min.insync.replicas, otherwise
+appended and answered once the high watermark passes the batch (every ISR member has it), with
+REQUEST_TIMED_OUT after the request's timeout and NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR
+shrank below the minimum meanwhile. Partitions of one request are appended concurrently and
+independently: one failing partition does not fail the others. acks=0 gets no response frame
+at all (the server returns None). Errors carry Kafka's code plus an ``error_message`` (v8+).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
-from loglake.errors import InvalidRequestError, LoglakeError
+from loglake.errors import (
+    InvalidRequestError,
+    LoglakeError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    RequestTimedOutError,
+)
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
@@ -23,21 +33,27 @@ if TYPE_CHECKING:
 async def produce(broker: Broker, frame: RequestFrame) -> Any:
     request = frame.body
     acks = request.acks
-    responses = []
+    timeout = max(request.timeout.total_seconds(), 0.0)
+    jobs = []
+    names = []
     for topic in request.topic_data:
-        partitions = []
-        for data in topic.partition_data:
-            partitions.append(_append(broker, topic.name, data.index, data.records, acks,
-                                      request.transactional_id))
-        responses.append({"name": topic.name, "partition_responses": partitions})
+        names.append(topic.name)
+        jobs.append(asyncio.gather(*(
+            _append(broker, topic.name, data.index, data.records, acks,
+                    request.transactional_id, timeout)
+            for data in topic.partition_data
+        )))
+    results = await asyncio.gather(*jobs)
     if acks == 0:
         return None
+    responses = [{"name": name, "partition_responses": list(partitions)}
+                 for name, partitions in zip(names, results, strict=True)]
     return build(response_class(0, frame.api_version), {"responses": responses})
 
 
-def _append(
+async def _append(
     broker: Broker, topic: str, index: int, records: bytes | None, acks: int,
-    transactional_id: str | None,
+    transactional_id: str | None, timeout: float,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {"index": index, "base_offset": -1, "log_start_offset": -1,
                               "log_append_time": None}
@@ -51,7 +67,26 @@ def _append(
         if not records:
             raise InvalidRequestError("Produce request carries no record batches.")
         partition = broker.leader_partition(topic, index)
+        min_isr = partition.config.min_insync_replicas
+        if acks == -1 and len(partition.isr) < min_isr:
+            raise NotEnoughReplicasError(
+                f"{partition.name} has {len(partition.isr)} in-sync replicas "
+                f"{list(partition.isr)}, min.insync.replicas is {min_isr}."
+            )
         outcome = partition.append(bytes(records))
+        if acks == -1:
+            try:
+                await partition.wait_committed(outcome.last_offset, timeout)
+            except TimeoutError:
+                raise RequestTimedOutError(
+                    f"{partition.name}: offset {outcome.last_offset} was not replicated to "
+                    f"the ISR {list(partition.isr)} within {timeout:g} s."
+                ) from None
+            if len(partition.isr) < min_isr:
+                raise NotEnoughReplicasAfterAppendError(
+                    f"{partition.name}: the ISR shrank to {list(partition.isr)} below "
+                    f"min.insync.replicas {min_isr} after the append."
+                )
     except LoglakeError as exc:
         result["error_code"] = exc.code
         result["error_message"] = exc.message

@@ -1,0 +1,113 @@
+"""The controller: one broker at a time, elected through the ephemeral ``/controller`` znode.
+
+State machine (every broker runs one)::
+
+    CANDIDATE --creates /controller, bumps /controller_epoch--> ACTIVE(epoch, epoch version)
+    ACTIVE --a write finds /controller_epoch changed (ControllerMovedError),
+             or our session is lost--> CANDIDATE
+
+While ACTIVE it reacts to ``/brokers/ids`` changes (and re-checks every ``RESCAN_S`` seconds):
+it reads every partition state, asks :mod:`loglake.broker.election` what to change, and applies
+each write with :meth:`ClusterCatalog.controller_write`, a ZooKeeper transaction that checks both
+the ``/controller_epoch`` version it set and the state znode version it read (KAFKA-6082: a paused
+or partitioned ex-controller cannot overwrite newer state). Decisions reach the brokers through
+their watches on the partition-state znodes (no LeaderAndIsr RPC). Preferred-leader rebalancing
+runs every ``leader.imbalance.check.interval.seconds`` when ``auto.leader.rebalance.enable``.
+
+Runs as a task on the broker's event loop; ZooKeeper calls go through worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from loglake.broker import election
+from loglake.catalog.zookeeper import ControllerMovedError, StaleStateError
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+RESCAN_S = 2.0
+
+
+class Controller:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.epoch: int | None = None
+        self.epoch_version = -1
+        self.changed = asyncio.Event()
+        self._last_rebalance = time.monotonic()
+
+    @property
+    def active(self) -> bool:
+        return self.epoch is not None
+
+    def poke(self) -> None:
+        """Something changed (brokers, controller znode): re-evaluate soon."""
+        self.changed.set()
+
+    def resign(self) -> None:
+        if self.epoch is not None:
+            log.warning("broker %d is no longer controller (epoch %d)",
+                        self.broker.config.broker_id, self.epoch)
+        self.epoch = None
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._step()
+            except asyncio.CancelledError:
+                raise
+            except ControllerMovedError:
+                self.resign()
+            except Exception:
+                log.exception("controller step failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), RESCAN_S)
+            self.changed.clear()
+
+    async def _step(self) -> None:
+        broker = self.broker
+        if not broker.zk_healthy():
+            self.resign()
+            return
+        if self.epoch is None:
+            won = await broker.zk_call(broker.catalog.try_become_controller,
+                                       broker.config.broker_id)
+            if won is None:
+                return
+            self.epoch, self.epoch_version = won
+            log.warning("broker %d is controller, epoch %d", broker.config.broker_id, self.epoch)
+        await self._decide()
+
+    async def _decide(self) -> None:
+        broker = self.broker
+        assert self.epoch is not None
+        live = set((await broker.zk_call(broker.catalog.brokers)).keys())
+        states = await broker.zk_call(broker.catalog.all_partition_states)
+        views = [
+            election.PartitionView(topic, partition, replicas, state,
+                                   unclean=broker.unclean_election(topic))
+            for (topic, partition), (replicas, state) in states.items()
+        ]
+        writes = election.failover_writes(views, live, self.epoch)
+        config = broker.config
+        if (config.auto_leader_rebalance_enable and time.monotonic() - self._last_rebalance
+                >= config.leader_imbalance_check_interval_seconds):
+            self._last_rebalance = time.monotonic()
+            moved = {(w.topic, w.partition) for w in writes}
+            writes += [w for w in election.preferred_leader_moves(views, live, self.epoch)
+                       if (w.topic, w.partition) not in moved]
+        for write in writes:
+            try:
+                await broker.zk_call(broker.catalog.controller_write, write.topic,
+                                     write.partition, write.state, self.epoch_version)
+                log.warning("controller: %s-%d: %s (epoch %d)", write.topic, write.partition,
+                            write.reason, write.state.leader_epoch)
+            except StaleStateError:
+                self.poke()  # re-read and decide again

@@ -1,0 +1,167 @@
+"""Controller decisions as pure functions: cluster state in, partition-state writes out.
+
+Nothing here touches ZooKeeper or the network; :mod:`loglake.broker.controller` reads the state,
+calls these functions and applies the writes through one version-checked path.
+
+Rules (Kafka's, ZooKeeper mode):
+
+* **Leader election on broker loss** (``elect_leader``): the new leader is the first replica in
+  assignment order that is alive and in the ISR; the ISR shrinks to its live members. If no ISR
+  member is alive the partition goes offline (leader -1, ISR kept as the last known one) unless
+  ``unclean.leader.election.enable`` allows any live replica (which may lose acknowledged data).
+* Every leader change bumps the leader epoch, so fenced ex-leaders and stale fetches are detected.
+* **Offline recovery**: an offline partition elects again as soon as an ISR member (or, unclean,
+  any replica) is back.
+* **Preferred leader** (``preferred_leader_moves``): leadership returns to the first assigned
+  replica when it is alive and in the ISR.
+* **Controlled shutdown** (``shutdown_moves``): a stopping broker hands each partition it leads to
+  another live ISR member and leaves the ISR of the others while enough replicas remain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Set
+from dataclasses import dataclass, replace
+
+from loglake.catalog.zookeeper import PartitionState
+
+NO_LEADER = -1
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """What the controller knows of one partition."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    state: PartitionState
+    unclean: bool = False
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """Replace the state of ``topic``/``partition`` with ``state`` if its version is unchanged."""
+
+    topic: str
+    partition: int
+    state: PartitionState
+    reason: str
+
+
+def elect_leader(
+    replicas: Iterable[int], isr: Iterable[int], live: Set[int], *, unclean: bool
+) -> tuple[int, tuple[int, ...]] | None:
+    """(leader, isr) for a partition whose leader must change; None if nobody can lead."""
+    in_sync = set(isr)
+    live_isr = tuple(r for r in replicas if r in live and r in in_sync)
+    if live_isr:
+        return live_isr[0], tuple(r for r in isr if r in live)
+    if unclean:
+        live_replicas = [r for r in replicas if r in live]
+        if live_replicas:
+            return live_replicas[0], (live_replicas[0],)
+    return None
+
+
+def _new_state(
+    old: PartitionState, leader: int, isr: tuple[int, ...], epoch: int
+) -> PartitionState:
+    return replace(old, leader=leader, leader_epoch=old.leader_epoch + 1, isr=isr,
+                   controller_epoch=epoch)
+
+
+def failover_writes(
+    partitions: Iterable[PartitionView], live: Set[int], controller_epoch: int
+) -> list[StateWrite]:
+    """Writes that give every partition with a dead (or no) leader a new leader, if possible."""
+    writes = []
+    for view in partitions:
+        state = view.state
+        if state.leader in live:
+            continue
+        elected = elect_leader(view.replicas, state.isr, live, unclean=view.unclean)
+        if elected is None:
+            if state.leader != NO_LEADER:
+                writes.append(StateWrite(
+                    view.topic, view.partition,
+                    _new_state(state, NO_LEADER, state.isr, controller_epoch),
+                    f"no live in-sync replica of {view.replicas}: offline",
+                ))
+            continue
+        leader, isr = elected
+        if not isr:
+            isr = (leader,)
+        writes.append(StateWrite(
+            view.topic, view.partition, _new_state(state, leader, isr, controller_epoch),
+            f"leader {state.leader} is gone: elected {leader}",
+        ))
+    return writes
+
+
+def preferred_leader_moves(
+    partitions: Iterable[PartitionView], live: Set[int], controller_epoch: int
+) -> list[StateWrite]:
+    """Move leadership back to the preferred (first assigned) replica where it can lead."""
+    writes = []
+    for view in partitions:
+        preferred = view.replicas[0]
+        state = view.state
+        if state.leader == preferred or preferred not in live or preferred not in state.isr:
+            continue
+        if state.leader not in live:
+            continue  # failover handles it
+        writes.append(StateWrite(
+            view.topic, view.partition,
+            _new_state(state, preferred, state.isr, controller_epoch),
+            f"preferred replica {preferred} is back in sync",
+        ))
+    return writes
+
+
+def shutdown_moves(
+    partitions: Iterable[PartitionView], stopping: int, live: Set[int]
+) -> list[StateWrite]:
+    """Hand leadership away from ``stopping`` and take it out of ISRs that stay large enough."""
+    others = set(live) - {stopping}
+    writes = []
+    for view in partitions:
+        state = view.state
+        if stopping not in state.isr and state.leader != stopping:
+            continue
+        remaining = tuple(r for r in state.isr if r != stopping)
+        if state.leader == stopping:
+            candidates = [r for r in view.replicas if r in others and r in remaining]
+            if not candidates:
+                continue  # nobody in sync can take over: keep leading until the end
+            writes.append(StateWrite(
+                view.topic, view.partition,
+                replace(state, leader=candidates[0], leader_epoch=state.leader_epoch + 1,
+                        isr=remaining),
+                f"controlled shutdown of {stopping}: leadership to {candidates[0]}",
+            ))
+        elif remaining:
+            writes.append(StateWrite(
+                view.topic, view.partition, replace(state, isr=remaining),
+                f"controlled shutdown of {stopping}: leaves the ISR",
+            ))
+    return writes
+
+
+def isr_change(
+    state: PartitionState, me: int, replicas: tuple[int, ...], lagging: Set[int],
+    caught_up: Set[int],
+) -> PartitionState | None:
+    """The leader's ISR update: drop ``lagging`` followers, add ``caught_up`` ones (same epoch).
+
+    Returns None when nothing changes. The leader itself always stays in its ISR.
+    """
+    if state.leader != me:
+        return None
+    isr = [r for r in state.isr if r == me or r not in lagging]
+    isr += [r for r in replicas if r in caught_up and r not in isr]
+    ordered = tuple(r for r in replicas if r in isr)
+    if set(ordered) == set(state.isr):
+        return None
+    return replace(state, isr=ordered)

@@ -1,0 +1,230 @@
+"""Follower replication: one task per leader broker fetches every partition we follow from it.
+
+Protocol per partition (KIP-101 / KIP-279, as Kafka's ReplicaFetcherThread):
+
+1. **Truncate first.** When a partition starts following a (new) leader, send
+   OffsetForLeaderEpoch with our latest leader epoch. The leader answers the end offset of that
+   epoch in its log (or of the largest epoch below it); we truncate to ``min(end, our LEO)`` and
+   repeat until the epochs agree. If the leader knows no epoch at all we fall back to truncating
+   to our high watermark. Divergent tails are therefore removed by epoch, never by HW alone.
+2. **Fetch.** Fetch v12 with ``replica_id`` = our broker id from our log end offset, carrying the
+   current leader epoch (a stale epoch gets FENCED_LEADER_EPOCH). Fetched batches are appended
+   with their offsets and epochs unchanged; the leader's HW in the response becomes ours (capped
+   by our LEO). An offset mismatch sends the partition back to step 1.
+
+Connection errors close the connection and retry after a short pause; partitions whose leader
+changes are moved to another fetcher by the broker (:meth:`ReplicaFetcher.remove`).
+Runs on the broker's event loop; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+from kio.serial.errors import SerialError
+
+from loglake.broker.connection import BrokerConnection
+from loglake.broker.partition import Partition, Role
+from loglake.errors import LoglakeError
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+Key = tuple[str, int]
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 16 * 1024 * 1024
+PARTITION_MAX_BYTES = 4 * 1024 * 1024
+RETRY_PAUSE_S = 0.3
+MAX_TRUNCATION_ROUNDS = 20
+RETRIABLE = {
+    ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition,
+    ErrorCode.leader_not_available,
+}
+
+
+class ReplicaFetcher:
+    def __init__(self, broker: Broker, leader_id: int) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self.partitions: dict[Key, Partition] = {}
+        self.truncating: dict[Key, int] = {}  # key -> rounds so far
+        self._task: asyncio.Task[None] | None = None
+        self._connection: BrokerConnection | None = None
+
+    def add(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        self.partitions[key] = partition
+        self.truncating[key] = 0
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
+
+    def remove(self, key: Key) -> None:
+        self.partitions.pop(key, None)
+        self.truncating.pop(key, None)
+
+    async def stop(self) -> None:
+        self.partitions.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
+
+    async def _run(self) -> None:
+        while self.partitions:
+            try:
+                connection = await self._connect()
+                if connection is None:
+                    await asyncio.sleep(RETRY_PAUSE_S)
+                    continue
+                if self.truncating:
+                    await self._truncate(connection)
+                if any(key not in self.truncating for key in self.partitions):
+                    await self._fetch(connection)
+                else:
+                    await asyncio.sleep(RETRY_PAUSE_S)
+            except asyncio.CancelledError:
+                raise
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError,
+                    SerialError) as exc:
+                log.info("fetcher for leader %d: %s; reconnecting", self.leader_id, exc)
+                await self._disconnect()
+                await asyncio.sleep(RETRY_PAUSE_S)
+            except Exception:
+                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                await self._disconnect()
+                await asyncio.sleep(1.0)
+        await self._disconnect()
+
+    async def _connect(self) -> BrokerConnection | None:
+        if self._connection is not None and self._connection.connected:
+            return self._connection
+        info = self.broker.live_brokers.get(self.leader_id)
+        if info is None:
+            return None
+        self._connection = BrokerConnection(
+            info.host, info.port, client_id=f"replica-{self.broker.config.broker_id}",
+            timeout=FETCH_MAX_WAIT_MS / 1000 + 30,
+        )
+        await self._connection.connect()
+        return self._connection
+
+    def _current(self, key: Key, partition: Partition) -> bool:
+        """Still ours to fetch: same object, following this leader."""
+        return (self.partitions.get(key) is partition and partition.role is Role.FOLLOWER
+                and partition.leader_id == self.leader_id)
+
+    async def _truncate(self, connection: BrokerConnection) -> None:
+        wanted: dict[Key, tuple[Partition, int]] = {}
+        for key in list(self.truncating):
+            partition = self.partitions[key]
+            latest = partition.log.leader_epoch_cache.latest_epoch()
+            if partition.log.log_end_offset == 0 or latest is None:
+                if partition.log.log_end_offset > 0:
+                    partition.truncate_to(partition.high_watermark)
+                del self.truncating[key]
+                continue
+            wanted[key] = (partition, latest)
+        if not wanted:
+            return
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), (partition, latest) in wanted.items():
+            topics.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": partition.leader_epoch,
+                "leader_epoch": latest,
+            })
+        response = await connection.request(23, 4, {
+            "replica_id": self.broker.config.broker_id,
+            "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],
+        })
+        for topic in response.topics:
+            for result in topic.partitions:
+                key = (topic.topic, result.partition)
+                if key not in wanted or not self._current(key, wanted[key][0]):
+                    continue
+                partition, latest = wanted[key]
+                if result.error_code != ErrorCode.none:
+                    if result.error_code not in RETRIABLE:
+                        log.warning("OffsetForLeaderEpoch %s-%d: %s", *key, result.error_code)
+                    continue
+                self._apply_epoch_end(key, partition, latest, result.leader_epoch,
+                                      result.end_offset)
+        if self.truncating and all(k in self.truncating for k in self.partitions):
+            await asyncio.sleep(RETRY_PAUSE_S / 3)
+
+    def _apply_epoch_end(self, key: Key, partition: Partition, asked: int, epoch: int,
+                         end_offset: int) -> None:
+        leo = partition.log.log_end_offset
+        if end_offset < 0:
+            target = partition.high_watermark  # leader knows no epochs: KIP-101 fallback
+            done = True
+        else:
+            target = min(end_offset, leo)
+            done = epoch == asked or end_offset >= leo
+        if target < leo:
+            log.info("%s: truncating from %d to %d (leader %d epoch %d ends at %d)",
+                     partition.name, leo, target, self.leader_id, epoch, end_offset)
+            partition.truncate_to(target)
+        self.truncating[key] += 1
+        if done or self.truncating[key] >= MAX_TRUNCATION_ROUNDS:
+            del self.truncating[key]
+
+    async def _fetch(self, connection: BrokerConnection) -> None:
+        fetching = {k: p for k, p in self.partitions.items() if k not in self.truncating}
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, index), partition in fetching.items():
+            topics.setdefault(topic, []).append({
+                "partition": index, "current_leader_epoch": partition.leader_epoch,
+                "fetch_offset": partition.log.log_end_offset,
+                "log_start_offset": partition.log.log_start_offset,
+                "last_fetched_epoch": -1, "partition_max_bytes": PARTITION_MAX_BYTES,
+            })
+        response = await connection.request(1, 12, {
+            "replica_id": self.broker.config.broker_id, "max_wait": FETCH_MAX_WAIT_MS,
+            "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],
+        })
+        backoff = False
+        for topic in response.responses:
+            for data in topic.partitions:
+                key = (topic.topic, data.partition_index)
+                fetched = fetching.get(key)
+                if fetched is None or not self._current(key, fetched):
+                    continue
+                backoff |= self._handle_fetched(key, fetched, data)
+        if backoff:
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    def _handle_fetched(self, key: Key, partition: Partition, data: Any) -> bool:
+        """Apply one partition's fetch result; True if the fetcher should pause briefly."""
+        error = data.error_code
+        if error == ErrorCode.none:
+            try:
+                partition.append_as_follower(bytes(data.records or b""), data.high_watermark)
+            except LoglakeError as exc:
+                log.warning("%s: replicated batch rejected (%s); re-truncating",
+                            partition.name, exc)
+                self.truncating[key] = 0
+            return False
+        if error == ErrorCode.offset_out_of_range:
+            if data.log_start_offset > partition.log.log_end_offset:
+                partition.log.truncate_fully_and_start_at(data.log_start_offset)
+            else:
+                self.truncating[key] = 0
+            return False
+        if error not in RETRIABLE:
+            log.warning("fetch of %s from leader %d: %s", partition.name, self.leader_id,
+                        ErrorCode(error).name)
+        return True
