@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from loglake.errors import InvalidReplicationFactorError, InvalidTopicError
 
@@ -31,10 +31,23 @@ def validate_topic_name(name: str) -> None:
 
 
 def assign_replicas(
-    brokers: Sequence[int], partitions: int, replication_factor: int, *, seed: int | None = None
+    brokers: Sequence[int] | Mapping[int, str | None],
+    partitions: int,
+    replication_factor: int,
+    *,
+    seed: int | None = None,
 ) -> dict[int, tuple[int, ...]]:
-    """Spread leaders round-robin from a random start; replicas follow on the next brokers."""
-    ordered = sorted(brokers)
+    """Spread leaders round-robin from a random start; replicas follow on the next brokers.
+
+    ``brokers`` may map broker id -> rack (``broker.rack``). With racks, brokers are first
+    ordered by alternating racks (a1, b1, c1, a2, ...), so consecutive brokers, and therefore
+    the replicas of one partition, sit on different racks whenever ``replication_factor`` is at
+    most the number of racks (Kafka's rack-aware assignment idea).
+    """
+    racks: Mapping[int, str | None] = (
+        brokers if isinstance(brokers, Mapping) else dict.fromkeys(brokers)
+    )
+    ordered = _rack_alternating(racks)
     if replication_factor < 1 or replication_factor > len(ordered):
         raise InvalidReplicationFactorError(
             f"Replication factor: {replication_factor} larger than available brokers: "
@@ -46,3 +59,16 @@ def assign_replicas(
         p: tuple(ordered[(start + p + r) % count] for r in range(replication_factor))
         for p in range(partitions)
     }
+
+
+def _rack_alternating(racks: Mapping[int, str | None]) -> list[int]:
+    if all(rack is None for rack in racks.values()):
+        return sorted(racks)
+    by_rack: dict[str, list[int]] = {}
+    for broker in sorted(racks):
+        by_rack.setdefault(racks[broker] or "", []).append(broker)
+    ordered: list[int] = []
+    columns = [by_rack[rack] for rack in sorted(by_rack)]
+    for i in range(max(len(c) for c in columns)):
+        ordered.extend(column[i] for column in columns if i < len(column))
+    return ordered

@@ -54,7 +54,8 @@ async def create_topic(
     if name in broker.topics:
         raise TopicExistsError(f"Topic '{name}' already exists.")
     config = broker.config.topic_config(configs)
-    live = sorted((await broker.zk_call(broker.catalog.brokers)).keys())
+    registered = await broker.zk_call(broker.catalog.brokers)
+    live = sorted(registered)
     if manual:
         if num_partitions != -1 or replication_factor != -1:
             raise InvalidRequestError(
@@ -78,7 +79,8 @@ async def create_topic(
         if partitions <= 0:
             raise InvalidPartitionsError(f"Number of partitions must be larger than 0, "
                                          f"got {partitions}.")
-        assignment = assign_replicas(live, partitions, factor)
+        assignment = assign_replicas({b: info.rack for b, info in registered.items()},
+                                     partitions, factor)
     topic_id = uuid.uuid4()
     if not validate_only:
         await broker.zk_call(
