@@ -1,10 +1,12 @@
-"""``loglake demo``: the main job on the embedded default, end to end, in about ten seconds.
+"""``loglake demo``: the main job on the embedded default, end to end, in about half a minute.
 
-Starts a local ZooKeeper and broker (``loglake dev up``), creates a topic, produces sample
-traffic with the SDK (keyed, with headers, idempotent, acks=all), consumes it back, checks that
-every record arrived exactly once and in order per partition, prints what happened, and shuts
-everything down (``loglake dev down``) even when a step fails. Data stays in ``--data`` so a
-second run shows the log growing across restarts.
+Starts a local ZooKeeper and three brokers (``loglake dev up``), creates a replicated topic
+(RF=3, min.insync.replicas=2), produces sample traffic with the SDK (keyed, with headers,
+idempotent, acks=all), SIGKILLs the leader of a partition and keeps producing while the cluster
+fails over, restarts the killed broker and waits until it is back in sync, consumes everything
+back, checks that every record arrived exactly once and in order per partition, prints what
+happened, and shuts everything down (``loglake dev down``) even when a step fails. Data stays in
+``--data`` so a second run shows the log growing across restarts.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import time
 from pathlib import Path
 
 from loglake.client import Admin, BrokerError, Consumer, Producer
+from loglake.client.model import TopicInfo
 from loglake.dev import cluster
 
 TOPIC = "demo.clicks"
 PARTITIONS = 3
+BROKERS = 3
+# a short session timeout so the demo's failover takes seconds (the broker default is 18 s)
+DEMO_BROKER_SETTINGS = {"zookeeper.session.timeout.ms": "6000", "replica.lag.time.max.ms": "6000"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,17 +33,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="cluster data directory (default: ./demo-data)")
     parser.add_argument("--base-port", type=int, default=19092,
                         help="first broker port (ZooKeeper uses a port derived from it)")
-    parser.add_argument("--records", type=int, default=10_000, help="records to produce")
+    parser.add_argument("--records", type=int, default=10_000,
+                        help="records to produce before and again during the failover")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print(f"==> starting ZooKeeper and a broker in {args.data}")
-    info = cluster.up(args.data, brokers=1, base_port=args.base_port)
+    print(f"==> starting ZooKeeper and {BROKERS} brokers in {args.data}")
+    info = cluster.up(args.data, brokers=BROKERS, base_port=args.base_port,
+                      broker_overrides=DEMO_BROKER_SETTINGS)
     for line in info.summary_lines():
         print(f"    {line}")
     try:
-        _traffic(info.bootstrap_servers, args.records)
+        _scenario(args.data, info.bootstrap_servers, args.records)
     finally:
         print("==> shutting the cluster down")
         cluster.down(args.data)
@@ -45,29 +53,56 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _traffic(bootstrap: str, count: int) -> None:
+def _show(info: TopicInfo) -> None:
+    for p in info.partitions:
+        print(f"    partition {p.partition}: leader {p.leader}, replicas {list(p.replicas)}, "
+              f"isr {list(p.isr)}")
+
+
+def _produce(bootstrap: str, first: int, count: int) -> float:
+    started = time.monotonic()
+    with Producer(bootstrap, compression="lz4") as producer:
+        for i in range(first, first + count):
+            producer.send(TOPIC, f'{{"click": {i}, "page": "/p/{i % 17}"}}'.encode(),
+                          key=f"user-{i % 50}".encode(), headers=[("source", b"demo")])
+        producer.flush(60)
+    return time.monotonic() - started
+
+
+def _scenario(data: Path, bootstrap: str, count: int) -> None:
     with Admin(bootstrap) as admin:
         try:
-            admin.create_topic(TOPIC, partitions=PARTITIONS,
-                               config={"segment.bytes": str(256 * 1024)})
-            print(f"==> created topic {TOPIC} with {PARTITIONS} partitions")
+            admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=BROKERS,
+                               config={"min.insync.replicas": "2",
+                                       "segment.bytes": str(256 * 1024)})
+            print(f"==> created topic {TOPIC}: {PARTITIONS} partitions, replication factor "
+                  f"{BROKERS}, min.insync.replicas 2")
         except BrokerError as exc:
             if "already exists" not in str(exc):
                 raise
             print(f"==> topic {TOPIC} already exists (data kept from an earlier run)")
-    with Consumer(bootstrap) as probe:
-        before = {p: probe.watermarks(TOPIC, p)[1] for p in range(PARTITIONS)}
+        _wait_for_full_isr(admin, timeout=30)
+        _show(admin.describe_topic(TOPIC))
+        with Consumer(bootstrap) as probe:
+            before = {p: probe.watermarks(TOPIC, p)[1] for p in range(PARTITIONS)}
 
-    started = time.monotonic()
-    with Producer(bootstrap, compression="lz4") as producer:
-        for i in range(count):
-            producer.send(TOPIC, f'{{"click": {i}, "page": "/p/{i % 17}"}}'.encode(),
-                          key=f"user-{i % 50}".encode(), headers=[("source", b"demo")])
-        producer.flush(30)
-    elapsed = time.monotonic() - started
-    print(f"==> produced {count} records with the SDK (acks=all, idempotent, lz4) "
-          f"in {elapsed:.2f} s ({count / max(elapsed, 1e-9):,.0f} records/s)")
+        elapsed = _produce(bootstrap, 0, count)
+        print(f"==> produced {count} records with the SDK (acks=all, idempotent, lz4) in "
+              f"{elapsed:.2f} s ({count / max(elapsed, 1e-9):,.0f} records/s)")
 
+        victim = admin.describe_topic(TOPIC).partitions[0].leader
+        print(f"==> SIGKILL broker {victim}, the leader of partition 0, and keep producing")
+        cluster.kill_broker(data, victim)
+        elapsed = _produce(bootstrap, count, count)
+        print(f"==> produced {count} more records during the failover in {elapsed:.2f} s")
+        _show(admin.describe_topic(TOPIC))
+
+        print(f"==> restarting broker {victim}; waiting until it is back in every ISR")
+        cluster.start_broker(data, victim)
+        _wait_for_full_isr(admin, timeout=60)
+        _show(admin.describe_topic(TOPIC))
+
+    total = 2 * count
     per_partition: dict[int, list[int]] = collections.defaultdict(list)
     clicks: list[int] = []
     first = None
@@ -87,7 +122,18 @@ def _traffic(bootstrap: str, count: int) -> None:
         print(f"    first record: key={first.key!r} value={first.value!r} "
               f"headers={first.headers}")
     in_order = all(o == sorted(o) for o in per_partition.values())
-    exactly_once = sorted(clicks) == list(range(count))
-    print(f"==> every record exactly once: {exactly_once}; order kept per partition: {in_order}")
+    exactly_once = sorted(clicks) == list(range(total))
+    print(f"==> every acknowledged record exactly once across the kill: {exactly_once}; "
+          f"order kept per partition: {in_order}")
     if not (exactly_once and in_order):
         raise RuntimeError("demo check failed: records lost, duplicated or reordered")
+
+
+def _wait_for_full_isr(admin: Admin, *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = admin.describe_topic(TOPIC)
+        if all(len(p.isr) == BROKERS and p.leader >= 0 for p in info.partitions):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{TOPIC} did not reach a full ISR within {timeout:g} s")
