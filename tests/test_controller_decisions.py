@@ -97,3 +97,12 @@ def test_rack_aware_assignment_spreads_replicas_across_racks():
     plain = assign_replicas([1, 2, 3], 3, 3, seed=0)
     assert all(sorted(r) == [1, 2, 3] for r in plain.values())
     assert len({r[0] for r in plain.values()}) == 3
+
+
+def test_bounced_leader_loses_leadership_to_an_in_sync_replica():
+    views = [_view([1, 2, 3], 1, [1, 2, 3]), _view([1, 2], 1, [1]), _view([2, 1], 2, [2, 1])]
+    writes = election.bounce_writes(views, {1, 2, 3}, {1}, 5)
+    assert [(w.state.leader, w.state.isr, w.state.leader_epoch) for w in writes] == [
+        (2, (2, 3), 4),  # another in-sync replica takes over; 1 leaves the ISR
+        (1, (1,), 4),  # sole in-sync replica: keeps leading under a new epoch
+    ]

@@ -42,6 +42,7 @@ class Controller:
         self.epoch_version = -1
         self.changed = asyncio.Event()
         self._last_rebalance = time.monotonic()
+        self._registrations: dict[int, int] = {}  # broker id -> czxid seen at the last decision
 
     @property
     def active(self) -> bool:
@@ -88,21 +89,33 @@ class Controller:
     async def _decide(self) -> None:
         broker = self.broker
         assert self.epoch is not None
-        live = set((await broker.zk_call(broker.catalog.brokers)).keys())
+        registered = await broker.zk_call(broker.catalog.brokers)
+        live = set(registered)
+        bounced = {b for b, info in registered.items()
+                   if self._registrations.get(b, info.registration) != info.registration}
         states = await broker.zk_call(broker.catalog.all_partition_states)
         views = [
             election.PartitionView(topic, partition, replicas, state,
                                    unclean=broker.unclean_election(topic))
             for (topic, partition), (replicas, state) in states.items()
         ]
-        writes = election.failover_writes(views, live, self.epoch)
+        # A broker that re-registered since our last look (a bounce shorter than our reaction)
+        # is treated as failed and restarted: its leaderships move to other in-sync replicas
+        # where there are any, so it rejoins as a follower and truncates against the new epoch.
+        writes = election.bounce_writes(views, live, bounced, self.epoch)
+        if bounced:
+            log.warning("controller: brokers %s re-registered (bounced)", sorted(bounced))
+        moved = {(w.topic, w.partition) for w in writes}
+        writes += [w for w in election.failover_writes(views, live, self.epoch)
+                   if (w.topic, w.partition) not in moved]
         config = broker.config
+        moved = {(w.topic, w.partition) for w in writes}
         if (config.auto_leader_rebalance_enable and time.monotonic() - self._last_rebalance
                 >= config.leader_imbalance_check_interval_seconds):
             self._last_rebalance = time.monotonic()
-            moved = {(w.topic, w.partition) for w in writes}
             writes += [w for w in election.preferred_leader_moves(views, live, self.epoch)
                        if (w.topic, w.partition) not in moved]
+        complete = True
         for write in writes:
             try:
                 await broker.zk_call(broker.catalog.controller_write, write.topic,
@@ -110,4 +123,7 @@ class Controller:
                 log.warning("controller: %s-%d: %s (epoch %d)", write.topic, write.partition,
                             write.reason, write.state.leader_epoch)
             except StaleStateError:
+                complete = False
                 self.poke()  # re-read and decide again
+        if complete:  # a bounce stays "unseen" until every decision about it is written
+            self._registrations = {b: info.registration for b, info in registered.items()}

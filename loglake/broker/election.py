@@ -100,6 +100,37 @@ def failover_writes(
     return writes
 
 
+def bounce_writes(
+    partitions: Iterable[PartitionView], live: Set[int], bounced: Set[int], controller_epoch: int
+) -> list[StateWrite]:
+    """Partitions led by a broker that restarted since the controller last looked.
+
+    The restarted broker counts as failed: another live in-sync replica takes over and the
+    restarted one leaves the ISR (it rejoins after catching up). When it is the only in-sync
+    replica it keeps leading, but under a new epoch, so stale fetches are fenced.
+    """
+    writes = []
+    for view in partitions:
+        state = view.state
+        if state.leader not in bounced:
+            continue
+        others = set(live) - set(bounced)
+        elected = elect_leader(view.replicas, state.isr, others, unclean=False)
+        if elected is not None:
+            leader, isr = elected
+            writes.append(StateWrite(
+                view.topic, view.partition, _new_state(state, leader, isr, controller_epoch),
+                f"leader {state.leader} restarted: elected {leader}",
+            ))
+        elif state.leader in live:
+            writes.append(StateWrite(
+                view.topic, view.partition,
+                _new_state(state, state.leader, state.isr, controller_epoch),
+                f"leader {state.leader} restarted and is the only in-sync replica: new epoch",
+            ))
+    return writes
+
+
 def preferred_leader_moves(
     partitions: Iterable[PartitionView], live: Set[int], controller_epoch: int
 ) -> list[StateWrite]:

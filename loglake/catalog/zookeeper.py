@@ -62,6 +62,7 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    registration: int = 0  # czxid of /brokers/ids/<id>: changes when the broker re-registers
 
 
 @dataclass(frozen=True)
@@ -150,12 +151,12 @@ class ClusterCatalog:
         result = {}
         for child in self.zk.get_children(BROKER_IDS):
             try:
-                raw, _ = self.zk.get(f"{BROKER_IDS}/{child}")
+                raw, stat = self.zk.get(f"{BROKER_IDS}/{child}")
             except NoNodeError:
                 continue
             data = json.loads(raw)
             result[int(child)] = BrokerInfo(int(child), data["host"], int(data["port"]),
-                                            data.get("rack"))
+                                            data.get("rack"), stat.czxid)
         return result
 
     # ---- topics
