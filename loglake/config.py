@@ -247,6 +247,9 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 30000  # replica.lag.time.max.ms
     auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
     leader_imbalance_check_interval_seconds: int = 300  # leader.imbalance.check.interval.seconds
+    group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    offsets_retention_minutes: int = 10080  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)  # log.* overrides
 
     # broker property -> topic config it provides the default for
@@ -274,6 +277,8 @@ class BrokerConfig:
             "socket.request.max.bytes", "zookeeper.session.timeout.ms",
             "log.flush.scheduler.interval.ms", "replica.lag.time.max.ms",
             "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
+            "group.initial.rebalance.delay.ms", "offsets.retention.minutes",
+            "offsets.retention.check.interval.ms",
             *cls._TOPIC_DEFAULT_PROPERTIES,
         }
         unknown = sorted(set(props) - known)
@@ -319,6 +324,13 @@ class BrokerConfig:
                     "auto.leader.rebalance.enable", "true").lower() == "true",
                 leader_imbalance_check_interval_seconds=int(
                     props.get("leader.imbalance.check.interval.seconds", "300")
+                ),
+                group_initial_rebalance_delay_ms=int(
+                    props.get("group.initial.rebalance.delay.ms", "3000")
+                ),
+                offsets_retention_minutes=int(props.get("offsets.retention.minutes", "10080")),
+                offsets_retention_check_interval_ms=int(
+                    props.get("offsets.retention.check.interval.ms", "600000")
                 ),
                 topic_defaults=topic_defaults,
             )

@@ -43,6 +43,7 @@ from kazoo.protocol.states import KazooState
 
 from loglake.broker import election
 from loglake.broker.controller import Controller
+from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.partition import Partition, Role
 from loglake.broker.replica_fetcher import ReplicaFetcher
 from loglake.catalog.zookeeper import (
@@ -81,6 +82,7 @@ class Broker:
         self.partition_states: dict[tuple[str, int], PartitionState] = {}  # metadata cache
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.controller = Controller(self)
+        self.groups = GroupCoordinator(self)
         self.cluster_id = ""
         self.controller_id = -1
         self.stopping = False
@@ -105,7 +107,7 @@ class Broker:
         self.reconcile()
         self.catalog.watch_topics(lambda _children: self._schedule_reconcile())
         for coroutine in (self._flush_loop(), self._lease_loop(), self._isr_loop(),
-                          self.controller.run()):
+                          self.controller.run(), self.groups.run()):
             self._tasks.append(asyncio.create_task(coroutine))
 
     async def stop(self) -> None:

@@ -57,6 +57,7 @@ class RequestFrame:
     correlation_id: int
     client_id: str | None
     body: Any
+    client_host: str = ""
 
 
 @functools.cache
@@ -257,6 +258,8 @@ def build(cls: Any, data: Mapping[str, Any]) -> Any:
         inner, is_array, optional = _unwrap(field.type)
         if field.name in data:
             value = data[field.name]
+            if value is None and not optional:
+                value = _neutral(inner, is_array, optional)  # older versions: not nullable
             if _is_entity(inner) and value is not None:
                 value = (
                     tuple(_as_entity(inner, v) for v in value)

@@ -17,6 +17,7 @@ A bad connection never affects other connections: everything is caught per conne
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -102,7 +103,7 @@ class KafkaServer:
                 return
             data = await reader.readexactly(size)
             try:
-                response = await self._handle(data)
+                response = await self._handle(data, peer)
             except FrameError as exc:
                 log.warning("closing %s: %s", peer, exc)
                 return
@@ -110,7 +111,7 @@ class KafkaServer:
                 writer.write(response)
                 await writer.drain()
 
-    async def _handle(self, data: bytes) -> bytes | None:
+    async def _handle(self, data: bytes, peer: object = None) -> bytes | None:
         api_key, version, correlation_id = decode_header(data)
         api = API_TABLE.get(api_key)
         if api is None:
@@ -121,6 +122,8 @@ class KafkaServer:
                 return encode_response(api_key, 0, correlation_id, body)
             raise FrameError(f"unsupported version {version} of {api.name}")
         frame = decode_request(data, api_key, version)
+        if isinstance(peer, tuple) and peer:
+            frame = dataclasses.replace(frame, client_host=f"/{peer[0]}")
         try:
             body = await api.handler(self.broker, frame)
         except FrameError:
@@ -130,4 +133,8 @@ class KafkaServer:
             raise FrameError(f"{api.name} handler failed: {exc}") from exc
         if body is None:
             return None
-        return encode_response(api_key, version, correlation_id, body)
+        try:
+            return encode_response(api_key, version, correlation_id, body)
+        except Exception as exc:  # a response we cannot encode is our bug
+            log.exception("%s v%d response could not be encoded", api.name, version)
+            raise FrameError(f"{api.name} response encoding failed: {exc}") from exc

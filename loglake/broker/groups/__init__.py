@@ -1,0 +1,1 @@
+"""Consumer-group coordination (classic protocol): group state, coordinator, placement."""

@@ -1,0 +1,256 @@
+"""FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+ListGroups, DescribeGroups, DeleteGroups, OffsetDelete: wire shapes around the coordinator.
+
+Each handler maps :class:`GroupError` (and other LoglakeErrors) to the response's error code at
+the level the protocol has one (per response, per group, per partition).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.groups.coordinator import GroupError
+from loglake.broker.groups.group import GroupState
+from loglake.errors import LoglakeError
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+KEY_TYPE_GROUP = 0
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+async def find_coordinator(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    keys = list(getattr(request, "coordinator_keys", ()) or [request.key])
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    coordinators = []
+    for key in keys:
+        entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+        node = broker.groups.coordinator_for(key) if key_type == KEY_TYPE_GROUP else -1
+        info = broker.live_brokers.get(node)
+        if key_type != KEY_TYPE_GROUP:
+            entry.update(error_code=ErrorCode.coordinator_not_available,
+                         error_message="Transactions are not supported by this broker.")
+        elif info is None:
+            entry.update(error_code=ErrorCode.coordinator_not_available,
+                         error_message="No live broker can coordinate this group.")
+        else:
+            entry.update(error_code=ErrorCode.none, error_message=None, node_id=node,
+                         host=info.host, port=info.port)
+        coordinators.append(entry)
+    cls = response_class(10, frame.api_version)
+    if frame.api_version >= 4:
+        return build(cls, {"coordinators": coordinators})
+    first = dict(coordinators[0])
+    first.pop("key")
+    return build(cls, first)
+
+
+async def join_group(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    session = _ms(request.session_timeout)
+    rebalance = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
+    cls = response_class(11, frame.api_version)
+    try:
+        result = await broker.groups.join(
+            request.group_id, member_id=request.member_id,
+            instance_id=getattr(request, "group_instance_id", None),
+            client_id=frame.client_id or "", client_host=frame.client_host,
+            session_timeout_ms=session, rebalance_timeout_ms=rebalance,
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+            require_known_member=frame.api_version >= 4,
+        )
+    except GroupError as exc:
+        return build(cls, {"error_code": exc.code, "generation_id": -1, "leader": "",
+                           "member_id": exc.member_id, "protocol_name": None})
+    except LoglakeError as exc:
+        return build(cls, {"error_code": exc.code, "generation_id": -1, "member_id": ""})
+    except TimeoutError:
+        return build(cls, {"error_code": ErrorCode.rebalance_in_progress, "generation_id": -1,
+                           "member_id": request.member_id})
+    if frame.api_version < 7:
+        result.setdefault("protocol_name", result.get("protocol_name") or "")
+    return build(cls, result)
+
+
+async def sync_group(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    cls = response_class(14, frame.api_version)
+    try:
+        result = await broker.groups.sync(
+            request.group_id, generation=request.generation_id, member_id=request.member_id,
+            instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=getattr(request, "protocol_type", None),
+            protocol_name=getattr(request, "protocol_name", None),
+            assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
+    except LoglakeError as exc:
+        return build(cls, {"error_code": exc.code, "assignment": b""})
+    except TimeoutError:
+        return build(cls, {"error_code": ErrorCode.rebalance_in_progress, "assignment": b""})
+    return build(cls, result)
+
+
+async def heartbeat(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    error = ErrorCode.none
+    try:
+        await broker.groups.heartbeat(request.group_id, generation=request.generation_id,
+                                      member_id=request.member_id,
+                                      instance_id=getattr(request, "group_instance_id", None))
+    except LoglakeError as exc:
+        error = exc.code
+    return build(response_class(12, frame.api_version), {"error_code": error})
+
+
+async def leave_group(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    cls = response_class(13, frame.api_version)
+    if hasattr(request, "members"):
+        identities = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        identities = [(request.member_id, None)]
+    try:
+        errors = await broker.groups.leave(request.group_id, identities)
+    except LoglakeError as exc:
+        return build(cls, {"error_code": exc.code, "members": []})
+    members = [{"member_id": m, "group_instance_id": i, "error_code": e}
+               for (m, i), e in zip(identities, errors, strict=True)]
+    top = errors[0] if frame.api_version < 3 else ErrorCode.none
+    return build(cls, {"error_code": top, "members": members})
+
+
+async def offset_commit(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    offsets = {
+        (topic.name, p.partition_index): (p.committed_offset,
+                                          getattr(p, "committed_leader_epoch", -1),
+                                          p.committed_metadata)
+        for topic in request.topics for p in topic.partitions
+    }
+    try:
+        errors = await broker.groups.commit(
+            request.group_id, generation=request.generation_id_or_member_epoch,
+            member_id=request.member_id,
+            instance_id=getattr(request, "group_instance_id", None), offsets=offsets,
+        )
+    except LoglakeError as exc:
+        errors = dict.fromkeys(offsets, exc.code)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), error in errors.items():
+        topics.setdefault(topic, []).append({"partition_index": partition, "error_code": error})
+    return build(response_class(8, frame.api_version), {
+        "topics": [{"name": t, "partitions": p} for t, p in topics.items()]})
+
+
+async def offset_fetch(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    cls = response_class(9, frame.api_version)
+    if frame.api_version >= 8:
+        groups = [await _fetch_group(broker, g.group_id, g.topics, batched=True)
+                  for g in request.groups]
+        return build(cls, {"groups": groups})
+    result = await _fetch_group(broker, request.group_id, request.topics, batched=False)
+    return build(cls, result)
+
+
+async def _fetch_group(broker: Broker, group_id: str, wanted: Any,
+                       *, batched: bool) -> dict[str, Any]:
+    try:
+        committed = await broker.groups.committed(group_id)
+        error = ErrorCode.none
+    except LoglakeError as exc:
+        committed, error = {}, exc.code
+    if wanted is None:
+        keys: list[tuple[str, int]] = sorted(committed)
+    else:
+        keys = [(t.name, p) for t in wanted for p in t.partition_indexes]
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in keys:
+        offset = committed.get((topic, partition))
+        topics.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": offset.offset if offset else -1,
+            "committed_leader_epoch": offset.leader_epoch if offset else -1,
+            "metadata": offset.metadata if offset else "",
+            "error_code": ErrorCode.none,
+        })
+    result: dict[str, Any] = {"error_code": error, "topics": [
+        {"name": t, "partitions": p} for t, p in topics.items()]}
+    if batched:
+        result["group_id"] = group_id
+    return result
+
+
+async def list_groups(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    groups = []
+    for group in await broker.groups.list_groups():
+        state = group.state.value
+        if states and state.lower() not in states:
+            continue
+        groups.append({"group_id": group.group_id, "protocol_type": group.protocol_type or "",
+                       "group_state": state, "group_type": "classic"})
+    return build(response_class(16, frame.api_version), {"groups": groups})
+
+
+async def describe_groups(broker: Broker, frame: RequestFrame) -> Any:
+    results = []
+    for group_id in frame.body.groups:
+        try:
+            group = await broker.groups.describe(group_id)
+        except LoglakeError as exc:
+            results.append({"error_code": exc.code, "group_id": group_id, "group_state": "",
+                            "protocol_type": "", "protocol_data": "", "members": []})
+            continue
+        stable = group.state is GroupState.STABLE
+        results.append({
+            "error_code": ErrorCode.none, "group_id": group_id,
+            "group_state": "Dead" if group.zk_version < 0 and not group.members
+            and not broker.groups.offsets.get(group_id) else group.state.value,
+            "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
+            "authorized_operations": -2147483648,
+            "members": [{
+                "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id, "client_host": m.client_host,
+                "member_metadata": m.metadata_for(group.protocol or ""),
+                "member_assignment": m.assignment if stable else b"",
+            } for m in group.members.values()],
+        })
+    return build(response_class(15, frame.api_version), {"groups": results})
+
+
+async def delete_groups(broker: Broker, frame: RequestFrame) -> Any:
+    results = []
+    for group_id in frame.body.groups_names:
+        try:
+            await broker.groups.delete_group(group_id)
+            error = ErrorCode.none
+        except LoglakeError as exc:
+            error = exc.code
+        results.append({"group_id": group_id, "error_code": error})
+    return build(response_class(42, frame.api_version), {"results": results})
+
+
+async def offset_delete(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    cls = response_class(47, frame.api_version)
+    try:
+        errors = await broker.groups.delete_offsets(request.group_id, wanted)
+    except LoglakeError as exc:
+        return build(cls, {"error_code": exc.code, "topics": []})
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), error in errors.items():
+        topics.setdefault(topic, []).append({"partition_index": partition, "error_code": error})
+    return build(cls, {"error_code": ErrorCode.none, "topics": [
+        {"name": t, "partitions": p} for t, p in topics.items()]})
