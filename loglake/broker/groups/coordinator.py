@@ -508,9 +508,11 @@ class GroupCoordinator:
             if self.coordinator_for(group_id) != self.me:
                 continue
             try:
-                result.append(await self._owned(group_id))
+                group = await self._owned(group_id)
             except GroupError:
                 continue
+            if group.members or group.zk_version >= 0 or self.offsets.get(group_id):
+                result.append(group)  # skip ids that exist only because someone asked
         return result
 
     async def delete_group(self, group_id: str) -> None:
