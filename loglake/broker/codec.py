@@ -251,41 +251,63 @@ def build(cls: Any, data: Mapping[str, Any]) -> Any:
 
     Nested entities and arrays of entities may be given as dicts/lists of dicts. Fields absent
     from ``data`` take the dataclass default or a neutral value for their type (0, "", empty
-    tuple, None when nullable, ErrorCode.none).
+    tuple, None when nullable, ErrorCode.none). The per-class field plan is computed once.
     """
     values: dict[str, Any] = {}
-    for field in _fields(cls):
-        inner, is_array, optional = _unwrap(field.type)
-        if field.name in data:
-            value = data[field.name]
-            if value is None and not optional:
-                value = _neutral(inner, is_array, optional)  # older versions: not nullable
-            if _is_entity(inner) and value is not None:
-                value = (
-                    tuple(_as_entity(inner, v) for v in value)
-                    if is_array
-                    else _as_entity(inner, value)
-                )
-            elif is_array and value is not None:
+    for plan in _plan(cls):
+        name = plan.name
+        if name in data:
+            value = data[name]
+            if value is None:
+                if not plan.optional:
+                    value = plan.neutral()  # older versions: not nullable
+            elif plan.entity is not None:
+                entity = plan.entity
+                if plan.is_array:
+                    value = tuple(v if _is_instance(v) else build(entity, v) for v in value)
+                elif not _is_instance(value):
+                    value = build(entity, value)
+            elif plan.is_array:
                 value = tuple(value)
-            elif inner is datetime.timedelta or _is_timedelta(inner):
-                value = value if isinstance(value, datetime.timedelta) else _ms(value)
-            values[field.name] = value
-        elif (field.default is not dataclasses.MISSING
-              or field.default_factory is not dataclasses.MISSING):
-            continue
-        else:
-            values[field.name] = _neutral(inner, is_array, optional)
+            elif plan.is_timedelta and not isinstance(value, datetime.timedelta):
+                value = _ms(value)
+            values[name] = value
+        elif not plan.has_default:
+            values[name] = plan.neutral()
     return cls(**values)
 
 
-def _as_entity(cls: type[Any], value: Any) -> Any:
-    return value if dataclasses.is_dataclass(value) else build(cls, value)
+@dataclasses.dataclass(frozen=True)
+class _FieldPlan:
+    name: str
+    inner: Any
+    is_array: bool
+    optional: bool
+    entity: Any  # the nested entity class, or None
+    is_timedelta: bool
+    has_default: bool
+
+    def neutral(self) -> Any:
+        return _neutral(self.inner, self.is_array, self.optional)
 
 
 @functools.cache
-def _fields(cls: type[Any]) -> tuple[dataclasses.Field[Any], ...]:
-    return dataclasses.fields(cls)
+def _plan(cls: Any) -> tuple[_FieldPlan, ...]:
+    plans = []
+    for field in dataclasses.fields(cls):
+        inner, is_array, optional = _unwrap(field.type)
+        plans.append(_FieldPlan(
+            name=field.name, inner=inner, is_array=is_array, optional=optional,
+            entity=inner if _is_entity(inner) else None,
+            is_timedelta=_is_timedelta(inner),
+            has_default=(field.default is not dataclasses.MISSING
+                         or field.default_factory is not dataclasses.MISSING),
+        ))
+    return tuple(plans)
+
+
+def _is_instance(value: Any) -> bool:
+    return hasattr(value, "__dataclass_fields__")
 
 
 def _is_timedelta(inner: Any) -> bool:

@@ -17,6 +17,8 @@ from kio.serial import entity_reader, entity_writer
 
 from loglake.broker.codec import build, request_class, response_class
 
+READ_LIMIT = 32 * 1024 * 1024  # above the largest replica fetch response we ask for
+
 
 class BrokerConnection:
     def __init__(self, host: str, port: int, *, client_id: str, timeout: float = 30.0) -> None:
@@ -30,7 +32,7 @@ class BrokerConnection:
 
     async def connect(self) -> None:
         self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, limit=1 << 20), self.timeout
+            asyncio.open_connection(self.host, self.port, limit=READ_LIMIT), self.timeout
         )
 
     @property
@@ -62,10 +64,10 @@ class BrokerConnection:
         frame = buffer.getbuffer()
         frame[0:4] = struct.pack(">i", len(frame) - 4)
         self._writer.write(bytes(frame))
-        await self._writer.drain()
-        size = struct.unpack(">i", await asyncio.wait_for(
-            self._reader.readexactly(4), self.timeout))[0]
-        payload = await asyncio.wait_for(self._reader.readexactly(size), self.timeout)
+        async with asyncio.timeout(self.timeout):
+            await self._writer.drain()
+            size = struct.unpack(">i", await self._reader.readexactly(4))[0]
+            payload = await self._reader.readexactly(size)
         correlation_id = struct.unpack(">i", payload[:4])[0]
         if correlation_id != self._correlation_id:
             raise ConnectionError(
