@@ -10,6 +10,7 @@ prints at most one line per ``interval`` seconds. Single-threaded use only.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -124,3 +125,16 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
     separator = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(header), separator, *(line(row) for row in rows)])
+
+
+def total_cpu_seconds(pids: Sequence[int]) -> float:
+    """The sum of :func:`cpu_seconds` over ``pids`` (e.g. all brokers of a cluster)."""
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """The nearest-rank ``fraction`` quantile (0 < fraction <= 1) of the ascending ``ordered``:
+    the smallest value that at least ``fraction`` of all values are <= to."""
+    if not ordered or not 0 < fraction <= 1:
+        raise ValueError("percentile needs values and 0 < fraction <= 1")
+    return ordered[max(math.ceil(fraction * len(ordered)) - 1, 0)]
