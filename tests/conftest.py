@@ -20,6 +20,25 @@ from loglake.dev.harness import DevCluster
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true",
+                     help="also run the long fault-injection tests marked slow (CI does)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: long fault-injection tests; skipped unless "
+                            "--run-slow or LOGLAKE_RUN_SLOW=1 (CI runs them)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow") or os.environ.get("LOGLAKE_RUN_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow: pass --run-slow (CI does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     data = tmp_path_factory.mktemp("cluster")

@@ -54,7 +54,9 @@ async def metadata(broker: Broker, frame: RequestFrame) -> Any:
                 for b in brokers.values()
             ],
             "cluster_id": broker.cluster_id,
-            "controller_id": broker.controller_id,
+            # any broker serves admin requests, so an unknown controller must not stall clients
+            "controller_id": broker.controller_id if broker.controller_id in brokers
+            else broker.config.broker_id,
             "topics": topics,
         },
     )
