@@ -6,29 +6,39 @@ cluster). Both carry ``code``, a :class:`kio.schema.errors.ErrorCode`.
 """
 
 from loglake.client.admin import Admin
-from loglake.client.consumer import Consumer
+from loglake.client.consumer import AssignmentStrategy, Consumer, RebalanceCallback
 from loglake.client.errors import BrokerError, ClientError
 from loglake.client.model import (
     ConfigEntry,
+    GroupDescription,
+    GroupListing,
+    GroupMember,
     Header,
     PartitionInfo,
     Record,
     RecordMetadata,
     TopicInfo,
+    TopicPartitionKey,
 )
 from loglake.client.producer import Delivery, Producer
 
 __all__ = [
     "Admin",
+    "AssignmentStrategy",
     "BrokerError",
     "ClientError",
     "ConfigEntry",
     "Consumer",
     "Delivery",
+    "GroupDescription",
+    "GroupListing",
+    "GroupMember",
     "Header",
     "PartitionInfo",
     "Producer",
+    "RebalanceCallback",
     "Record",
     "RecordMetadata",
     "TopicInfo",
+    "TopicPartitionKey",
 ]

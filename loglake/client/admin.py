@@ -1,4 +1,5 @@
-"""Topic administration: create, delete, list, describe, configs.
+"""Cluster administration: topics (create, delete, list, describe, configs), consumer groups
+(list, describe, committed offsets, reset, delete) and partition offset look-ups.
 
 Every call is bounded by a timeout (the object's ``timeout`` unless the call passes its own):
 librdkafka itself would keep retrying an unreachable cluster forever. While waiting on a request
@@ -17,13 +18,20 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, TopicCollection
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ClusterMetadata,
     ConfigResource,
     NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 from confluent_kafka.admin import ConfigEntry as KafkaConfigEntry
@@ -36,8 +44,18 @@ from loglake.client._common import (
     base_config,
     unreachable_error,
 )
-from loglake.client.errors import BrokerError, ClientError, from_exception
-from loglake.client.model import ConfigEntry, ConfigSource, PartitionInfo, TopicInfo
+from loglake.client.errors import BrokerError, ClientError, from_exception, from_kafka_error
+from loglake.client.model import (
+    ConfigEntry,
+    ConfigSource,
+    GroupDescription,
+    GroupListing,
+    GroupMember,
+    OffsetQuery,
+    PartitionInfo,
+    TopicInfo,
+    TopicPartitionKey,
+)
 
 T = TypeVar("T")
 
@@ -52,6 +70,15 @@ _SOURCES: dict[int, ConfigSource] = {
     KafkaConfigSource.STATIC_BROKER_CONFIG.value: "static_broker_config",
     KafkaConfigSource.DEFAULT_CONFIG.value: "default_config",
     KafkaConfigSource.GROUP_CONFIG.value: "group_config",
+}
+
+_GROUP_STATES: dict[ConsumerGroupState, str] = {
+    ConsumerGroupState.UNKNOWN: "Unknown",
+    ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
+    ConsumerGroupState.COMPLETING_REBALANCING: "CompletingRebalance",
+    ConsumerGroupState.STABLE: "Stable",
+    ConsumerGroupState.DEAD: "Dead",
+    ConsumerGroupState.EMPTY: "Empty",
 }
 
 
@@ -213,6 +240,141 @@ class Admin:
         resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=changes)
         futures = self._admin.incremental_alter_configs([resource], request_timeout=limit)
         self._wait(futures[resource], f"alter configs of topic {topic!r}", limit)
+
+    # -- consumer groups -------------------------------------------------------------------
+
+    def list_groups(self, *, timeout: float | None = None) -> list[GroupListing]:
+        """Every consumer group the cluster's coordinators know, sorted by id."""
+        limit = self._limit(timeout)
+        future = self._admin.list_consumer_groups(request_timeout=limit)
+        result = self._wait(future, "list consumer groups", limit)
+        for error in result.errors or ():
+            raise from_exception(error, "list consumer groups")
+        return sorted(
+            (
+                GroupListing(
+                    group_id=g.group_id,
+                    state=_GROUP_STATES.get(getattr(g, "state", ConsumerGroupState.UNKNOWN),
+                                            "Unknown"),
+                    is_simple=bool(g.is_simple_consumer_group),
+                )
+                for g in result.valid or ()
+            ),
+            key=lambda g: g.group_id,
+        )
+
+    def describe_group(self, group_id: str, *, timeout: float | None = None) -> GroupDescription:
+        """State, assignor, coordinator and members (with assignments) of ``group_id``.
+
+        A group that never existed is described as ``Dead`` without members, like Kafka does.
+        """
+        limit = self._limit(timeout)
+        futures = self._admin.describe_consumer_groups([group_id], request_timeout=limit)
+        found = self._wait(futures[group_id], f"describe group {group_id!r}", limit)
+        members = tuple(
+            GroupMember(
+                member_id=m.member_id,
+                client_id=m.client_id,
+                host=m.host,
+                group_instance_id=m.group_instance_id,
+                assignment=tuple(sorted(
+                    (tp.topic, tp.partition) for tp in m.assignment.topic_partitions
+                )),
+            )
+            for m in sorted(found.members, key=lambda m: (m.client_id, m.member_id))
+        )
+        return GroupDescription(
+            group_id=group_id,
+            state=_GROUP_STATES.get(found.state, "Unknown"),
+            assignor=found.partition_assignor or "",
+            coordinator=-1 if found.coordinator is None else found.coordinator.id,
+            members=members,
+        )
+
+    def group_offsets(
+        self, group_id: str, *, timeout: float | None = None
+    ) -> dict[TopicPartitionKey, int]:
+        """The committed offsets of ``group_id`` (next offset to read) by (topic, partition)."""
+        limit = self._limit(timeout)
+        operation = f"fetch committed offsets of group {group_id!r}"
+        futures = self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id)], request_timeout=limit
+        )
+        found = self._wait(futures[group_id], operation, limit)
+        result: dict[TopicPartitionKey, int] = {}
+        for tp in found.topic_partitions or ():
+            if tp.error is not None:
+                raise from_kafka_error(tp.error, f"{operation}, "
+                                     f"{tp.topic}[{tp.partition}]")
+            if tp.offset >= 0:
+                result[(tp.topic, tp.partition)] = tp.offset
+        return dict(sorted(result.items()))
+
+    def alter_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[TopicPartitionKey, int],
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Set committed offsets of ``group_id`` (the broker refuses while it has members:
+        :class:`BrokerError` ``unknown_member_id``/``illegal_generation``)."""
+        if not offsets:
+            raise ValueError("alter_group_offsets needs at least one partition")
+        limit = self._limit(timeout)
+        operation = f"alter committed offsets of group {group_id!r}"
+        request = ConsumerGroupTopicPartitions(
+            group_id, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+        )
+        futures = self._admin.alter_consumer_group_offsets([request], request_timeout=limit)
+        found = self._wait(futures[group_id], operation, limit)
+        for tp in found.topic_partitions or ():
+            if tp.error is not None:
+                raise from_kafka_error(tp.error, f"{operation}, "
+                                     f"{tp.topic}[{tp.partition}]")
+
+    def delete_group(self, group_id: str, *, timeout: float | None = None) -> None:
+        """Delete an empty group and its committed offsets (``non_empty_group`` if it has
+        members, ``group_id_not_found`` if it does not exist)."""
+        limit = self._limit(timeout)
+        futures = self._admin.delete_consumer_groups([group_id], request_timeout=limit)
+        self._wait(futures[group_id], f"delete group {group_id!r}", limit)
+
+    def list_offsets(
+        self,
+        topic: str,
+        query: OffsetQuery,
+        *,
+        partitions: Sequence[int] | None = None,
+        timeout: float | None = None,
+    ) -> dict[int, int]:
+        """Per partition of ``topic`` (all unless ``partitions``): the log start offset
+        (``"earliest"``), the log end offset (``"latest"``) or the first offset whose timestamp
+        is >= ``query`` ms (the log end offset when every record is older)."""
+        limit = self._limit(timeout)
+        if partitions is None:
+            partitions = [p.partition for p in self.describe_topic(topic, timeout=limit).partitions]
+        if query == "earliest":
+            spec = OffsetSpec.earliest()
+        elif query == "latest":
+            spec = OffsetSpec.latest()
+        elif isinstance(query, int) and not isinstance(query, bool) and query >= 0:
+            spec = OffsetSpec.for_timestamp(query)
+        else:
+            raise ValueError(f"query must be 'earliest', 'latest' or a timestamp >= 0, "
+                             f"got {query!r}")
+        operation = f"list offsets ({query}) of topic {topic!r}"
+        futures = self._admin.list_offsets(
+            {TopicPartition(topic, p): spec for p in partitions}, request_timeout=limit
+        )
+        result: dict[int, int] = {}
+        for tp, future in futures.items():
+            info = self._wait(future, f"{operation}, partition {tp.partition}", limit)
+            result[tp.partition] = info.offset
+        if isinstance(query, int) and any(o < 0 for o in result.values()):
+            ends = self.list_offsets(topic, "latest", partitions=partitions, timeout=limit)
+            result = {p: ends[p] if o < 0 else o for p, o in result.items()}
+        return dict(sorted(result.items()))
 
     # -- internals -------------------------------------------------------------------------
 

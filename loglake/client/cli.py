@@ -1,4 +1,5 @@
-"""Client commands of ``loglake``: ``topics ...``, ``produce``, ``consume`` (like Kafka's tools).
+"""Client commands of ``loglake``: ``topics ...``, ``groups ...`` (in ``groups_cli``),
+``produce``, ``consume`` (like Kafka's tools).
 
 Every command takes ``--bootstrap-server HOST:PORT`` (default ``127.0.0.1:9092``) and
 ``--request-timeout-ms`` (default 10000), which bounds each request to the cluster, so an
@@ -17,6 +18,12 @@ diagnostics to stderr, so ``loglake consume ... > file`` captures only records.
 ``key``, ``value`` and header values are UTF-8 text when they decode, otherwise base64 with a
 sibling flag set (``"key_base64": true``, ``"value_base64": true``, per header
 ``"value_base64": true``); ``null`` stays ``null``.
+
+``consume --group G`` joins group G instead of assigning partitions: it continues at the group's
+committed offsets (new partitions start at the log end, or the log start with
+``--from-beginning``) and commits what it printed: after flushing stdout, at most once a second
+and once more on exit (also on Ctrl-C), so a record is committed only once it was written out.
+The idle ``--timeout-ms`` counts from the moment the group assigned partitions.
 """
 
 from __future__ import annotations
@@ -25,12 +32,14 @@ import argparse
 import base64
 import json
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 from kio.schema.errors import ErrorCode
 
+from loglake.client import groups_cli
 from loglake.client.admin import Admin
 from loglake.client.consumer import Consumer
 from loglake.client.errors import BrokerError, ClientError
@@ -42,11 +51,13 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 DEFAULT_IDLE_TIMEOUT_MS = 5_000
 DEFAULT_DELIVERY_TIMEOUT_MS = 30_000
+GROUP_COMMIT_INTERVAL_S = 1.0
+GROUP_SESSION_TIMEOUT_MS = 10_000
 MAX_REPORTED_FAILURES = 5
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``topics``, ``produce`` and ``consume`` to the ``loglake`` command."""
+    """Add ``topics``, ``groups``, ``produce`` and ``consume`` to the ``loglake`` command."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
@@ -58,6 +69,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {DEFAULT_REQUEST_TIMEOUT_MS})",
     )
     _register_topics(subparsers, common)
+    groups_cli.register(subparsers, common)
     _register_produce(subparsers, common)
     _register_consume(subparsers, common)
 
@@ -332,11 +344,16 @@ def _register_consume(
     consume.add_argument("--format", choices=("text", "json"), default="text")
     consume.add_argument("--print-key", action="store_true",
                          help="text format: print KEY<TAB>VALUE")
+    consume.add_argument("--group", metavar="GROUP",
+                         help="consume as a member of consumer group GROUP, continuing at its "
+                         "committed offsets and committing what was printed")
     consume.set_defaults(handler=consume_command)
 
 
 def consume_command(args: argparse.Namespace) -> int:
     """``loglake consume TOPIC``: records to stdout, a count to stderr."""
+    if args.group is not None:
+        return _consume_group(args)
     start: Any = "latest"
     if args.from_beginning:
         start = "earliest"
@@ -364,6 +381,73 @@ def consume_command(args: argparse.Namespace) -> int:
     print(f"loglake: consumed {count} records", file=sys.stderr)
     if count == 0 and isinstance(consumer.last_error, ClientError):
         raise consumer.last_error  # e.g. the cluster went away after the assignment
+    return 0
+
+
+def _consume_group(args: argparse.Namespace) -> int:
+    """``loglake consume TOPIC --group G``: subscribe, print, commit what was printed."""
+    if args.offset is not None or args.partition:
+        raise ValueError("--group cannot be combined with --offset or --partition "
+                         "(the group assigns partitions; use 'loglake groups reset-offsets')")
+    out = sys.stdout.buffer
+    count = 0
+    assigned_at: list[float] = []
+    with Consumer(
+        args.bootstrap_server,
+        group_id=args.group,
+        auto_offset_reset="earliest" if args.from_beginning else "latest",
+        session_timeout_ms=GROUP_SESSION_TIMEOUT_MS,
+        request_timeout_s=args.request_timeout_ms / 1000,
+        fetch_max_wait_ms=100,
+    ) as consumer:
+        consumer.partitions_for(args.topic)  # fail fast: unknown topic or unreachable cluster
+
+        def flush_and_commit(*, asynchronous: bool) -> None:
+            out.flush()
+            consumer.commit(asynchronous=asynchronous)
+
+        def on_revoke(_: list[tuple[str, int]]) -> None:
+            try:
+                flush_and_commit(asynchronous=False)
+            except LoglakeError as exc:  # the partitions move on; their next owner re-reads
+                print(f"loglake: warning: {exc}", file=sys.stderr)
+
+        consumer.subscribe(
+            [args.topic], on_assign=lambda _: assigned_at.append(time.monotonic()),
+            on_revoke=on_revoke,
+        )
+        idle_s = None if args.follow else args.timeout_ms / 1000
+        join_wait_s = args.request_timeout_ms / 1000 + 10
+        started = last_record = last_commit = time.monotonic()
+        try:
+            while args.max_messages is None or count < args.max_messages:
+                now = time.monotonic()
+                if not assigned_at:
+                    if now - started > join_wait_s:
+                        raise ClientError(
+                            f"consume as group {args.group!r}: no partition of "
+                            f"{args.topic!r} was assigned within {join_wait_s:g} s",
+                            code=ErrorCode.request_timed_out,
+                            hint="the group may have more members than the topic has "
+                            "partitions, or no coordinator is reachable")
+                elif idle_s is not None and now - max(last_record, assigned_at[0]) >= idle_s:
+                    break
+                record = consumer.poll(0.2)
+                if record is not None:
+                    out.write(format_record(record, args.format, print_key=args.print_key))
+                    count += 1
+                    last_record = time.monotonic()
+                if time.monotonic() - last_commit >= GROUP_COMMIT_INTERVAL_S:
+                    flush_and_commit(asynchronous=True)
+                    last_commit = time.monotonic()
+        except BrokenPipeError:
+            _silence_stdout()  # the reader is gone: what is still buffered was not printed
+            return 0
+        except KeyboardInterrupt:
+            flush_and_commit(asynchronous=False)
+            raise
+        flush_and_commit(asynchronous=False)
+    print(f"loglake: consumed {count} records", file=sys.stderr)
     return 0
 
 

@@ -132,3 +132,48 @@ def headers_from_wire(
         return []
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     return [(name, to_bytes(value, what=f"header {name!r}")) for name, value in pairs]
+
+
+TopicPartitionKey = tuple[str, int]
+"""A ``(topic, partition)`` pair, as rebalance callbacks and offset maps use it."""
+
+OffsetQuery = Literal["earliest", "latest"] | int
+"""What :meth:`Admin.list_offsets` looks up: log start, log end, or the first offset whose
+timestamp (ms since the epoch) is at or after the given value."""
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    """One consumer group as ``ListGroups`` reports it (``state`` like ``"Stable"``)."""
+
+    group_id: str
+    state: str
+    is_simple: bool
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One member of a consumer group and the partitions assigned to it."""
+
+    member_id: str
+    client_id: str
+    host: str
+    group_instance_id: str | None
+    assignment: tuple[TopicPartitionKey, ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A consumer group: state (``Empty``, ``PreparingRebalance``, ``CompletingRebalance``,
+    ``Stable``, ``Dead``), the assignor chosen, the coordinating broker id and the members."""
+
+    group_id: str
+    state: str
+    assignor: str
+    coordinator: int
+    members: tuple[GroupMember, ...]
+
+    @property
+    def is_empty(self) -> bool:
+        """No member is connected (``Empty`` or ``Dead``): offsets may be changed."""
+        return not self.members and self.state in ("Empty", "Dead", "Unknown")

@@ -154,6 +154,8 @@ class GroupCoordinator:
             except StaleGroupError:
                 log.warning("group %s was taken over by another coordinator", group.group_id)
                 await self._release(group.group_id)
+            except Exception:  # ZooKeeper unavailable: the next change persists again
+                log.exception("saving the metadata of group %s failed", group.group_id)
 
     def _persist_soon(self, group: Group) -> None:
         task = asyncio.ensure_future(self._persist(group))
@@ -298,7 +300,7 @@ class GroupCoordinator:
         now = self._now()
         if not group.members:
             group.state = GroupState.EMPTY
-            group.protocol = group.protocol_type = group.leader = None
+            group.protocol = group.leader = None  # protocol_type stays, as in Kafka
             group.empty_since_ms = int(time.time() * 1000)
             self._persist_soon(group)
             return
@@ -435,7 +437,9 @@ class GroupCoordinator:
                                  "Commits outside the group protocol need an empty group.")
         else:
             member = self._check_member(group, member_id, instance_id, generation)
-            if group.state is not GroupState.STABLE:
+            # Kafka accepts commits of the current generation while a rebalance is being
+            # prepared (consumers commit in their revoke callback), not while it completes
+            if group.state is GroupState.COMPLETING_REBALANCE:
                 raise GroupError(ErrorCode.rebalance_in_progress, "The group is rebalancing.")
             member.deadline = self._now() + member.session_timeout_ms / 1000
         errors: dict[tuple[str, int], ErrorCode] = {}

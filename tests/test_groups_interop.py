@@ -1,0 +1,173 @@
+"""kafka-python and aiokafka group consumers against the same coordinator: one mixed group
+splits the partitions between the libraries, and offsets committed by one library are where the
+other (and librdkafka) continues."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from kafka import KafkaConsumer as KafkaPythonConsumer
+from kafka.errors import CommitFailedError
+
+from loglake.client import Admin, Consumer, Producer
+from loglake.dev.harness import DevCluster
+
+pytestmark = pytest.mark.timeout(300)
+
+PARTITIONS = 4
+RECORDS = 400
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    data = tmp_path_factory.mktemp("groups-interop")
+    with DevCluster(data / "dev", brokers=1,
+                    broker_overrides={"group.initial.rebalance.delay.ms": "0"}) as cluster:
+        yield cluster
+
+
+def _topic(dev: DevCluster) -> str:
+    name = f"interop-{uuid.uuid4().hex[:8]}"
+    with Admin(dev.bootstrap_servers, timeout=60) as admin:
+        admin.create_topic(name, partitions=PARTITIONS)
+    with Producer(dev.bootstrap_servers) as producer:
+        for i in range(RECORDS):
+            producer.send(name, b"v%d" % i, partition=i % PARTITIONS)
+        producer.flush()
+    return name
+
+
+def _kafka_python(dev: DevCluster, group: str, **extra: Any) -> KafkaPythonConsumer:
+    return KafkaPythonConsumer(
+        bootstrap_servers=dev.bootstrap_servers.split(","), group_id=group,
+        auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=10000,
+        heartbeat_interval_ms=1000, request_timeout_ms=30000, **extra)
+
+
+def _aiokafka(dev: DevCluster, group: str, topic: str) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        topic, bootstrap_servers=dev.bootstrap_servers, group_id=group,
+        auto_offset_reset="earliest", enable_auto_commit=False, session_timeout_ms=10000,
+        heartbeat_interval_ms=1000)
+
+
+def test_mixed_kafka_python_and_aiokafka_group(dev: DevCluster) -> None:
+    topic = _topic(dev)
+    group = f"mixed-{uuid.uuid4().hex[:8]}"
+    stop = threading.Event()
+    python_values: set[bytes] = set()
+    python_owned: list[set[int]] = []
+    errors: list[BaseException] = []
+
+    def run_kafka_python() -> None:
+        consumer = _kafka_python(dev, group)
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + WAIT_S + 30
+            while not stop.is_set() and time.monotonic() < deadline:
+                for batch in consumer.poll(timeout_ms=200).values():
+                    python_values.update(m.value for m in batch)
+                owned = {tp.partition for tp in consumer.assignment()}
+                if not python_owned or python_owned[-1] != owned:
+                    python_owned.append(owned)
+                if owned:
+                    # a rebalance started: the next commit after rejoining counts
+                    with contextlib.suppress(CommitFailedError):
+                        consumer.commit()
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            consumer.close()
+
+    async def run_aiokafka() -> tuple[set[bytes], set[int]]:
+        consumer = _aiokafka(dev, group, topic)
+        await consumer.start()
+        values: set[bytes] = set()
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=200)
+                for batch in batches.values():
+                    values.update(m.value for m in batch)
+                if batches:
+                    await consumer.commit()
+                owned = {tp.partition for tp in consumer.assignment()}
+                theirs = python_owned[-1] if python_owned else set()
+                # each library's own view, sampled at different moments: wait until they agree
+                if (owned and theirs and not owned & theirs
+                        and owned | theirs == set(range(PARTITIONS))
+                        and len(values | python_values) == RECORDS):
+                    await asyncio.sleep(1.5)  # let kafka-python commit its last poll
+                    return values, owned
+            raise AssertionError(f"mixed group did not share the topic: aiokafka "
+                                 f"{consumer.assignment()}, kafka-python {python_owned}")
+        finally:
+            await consumer.stop()
+
+    thread = threading.Thread(target=run_kafka_python, daemon=True)
+    thread.start()
+    try:
+        aio_values, aio_owned = asyncio.run(run_aiokafka())
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert aio_values | python_values == {b"v%d" % i for i in range(RECORDS)}
+    assert aio_owned and python_owned[-1]
+    with Admin(dev.bootstrap_servers) as admin:
+        committed = admin.group_offsets(group)
+    assert committed == {(topic, p): RECORDS // PARTITIONS for p in range(PARTITIONS)}
+
+
+def test_offsets_committed_by_one_library_are_read_by_the_others(dev: DevCluster) -> None:
+    topic = _topic(dev)
+    group = f"handover-{uuid.uuid4().hex[:8]}"
+    # 1. kafka-python reads 100 records of the group and commits them
+    first = _kafka_python(dev, group, max_poll_records=25)
+    first.subscribe([topic])
+    consumed = 0
+    deadline = time.monotonic() + WAIT_S
+    while consumed < 100 and time.monotonic() < deadline:
+        for batch in first.poll(timeout_ms=200, max_records=100 - consumed).values():
+            consumed += len(batch)
+    assert consumed == 100
+    positions = {tp.partition: first.position(tp) for tp in first.assignment()}
+    first.commit()
+    first.close()
+    after_python = {p: o for p, o in positions.items() if o}
+
+    # 2. aiokafka sees exactly those offsets, continues, commits the rest
+    async def continue_with_aiokafka() -> dict[int, int | None]:
+        consumer = _aiokafka(dev, group, topic)
+        await consumer.start()
+        try:
+            from aiokafka import TopicPartition
+
+            seen = {p: await consumer.committed(TopicPartition(topic, p))
+                    for p in range(PARTITIONS)}
+            total = 0
+            deadline = time.monotonic() + WAIT_S
+            while total < RECORDS - 100 and time.monotonic() < deadline:
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    total += len(batch)
+            assert total == RECORDS - 100  # no record of the first 100 again
+            await consumer.commit()
+            return seen
+        finally:
+            await consumer.stop()
+
+    seen_by_aiokafka = asyncio.run(continue_with_aiokafka())
+    assert {p: o for p, o in seen_by_aiokafka.items() if o} == after_python
+
+    # 3. librdkafka (the SDK) reads aiokafka's commits: the end of every partition
+    with Consumer(dev.bootstrap_servers, group_id=group) as sdk:
+        assert sdk.committed(topic) == {p: RECORDS // PARTITIONS for p in range(PARTITIONS)}
