@@ -251,6 +251,8 @@ class GroupCoordinator:
         member.join_future = future
         self._prepare_rebalance(group, f"member {member.member_id} joined")
         self._maybe_complete_join(group)
+        if new:
+            self._persist_soon(group)
         limit = member.rebalance_timeout_ms / 1000 + member.session_timeout_ms / 1000 + 5
         return await asyncio.wait_for(future, limit)
 
@@ -558,9 +560,11 @@ class GroupCoordinator:
                                   if m.sync_future is None]:
                     self._remove_member(group, member_id)
                 self._after_membership_change(group, "members did not sync in time")
+            # Like Kafka's onExpireHeartbeat: any member not waiting for a join/sync response
+            # expires, also while a rebalance is prepared (a dead member must not hold the
+            # join phase for the whole rebalance timeout); live members heartbeat meanwhile.
             expired = [m.member_id for m in group.members.values()
-                       if now >= m.deadline and m.join_future is None and m.sync_future is None
-                       and group.state is not GroupState.PREPARING_REBALANCE]
+                       if now >= m.deadline and m.join_future is None and m.sync_future is None]
             for member_id in expired:
                 log.info("group %s: member %s session expired", group_id, member_id)
                 self._remove_member(group, member_id)
