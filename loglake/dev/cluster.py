@@ -381,6 +381,14 @@ def up(
         if busy:
             raise StartupError(f"ports already in use: {', '.join(map(str, busy))}",
                                hint="stop what listens there or pick another --base-port")
+        low, high = net.ephemeral_port_range()
+        broker_ports = wanted[:brokers]
+        if any(low <= port <= high for port in broker_ports):
+            # a client reconnecting to a dead broker's port in that range can connect to
+            # itself (TCP self-connect) and hang until its request timeout
+            print(f"loglake: warning: broker ports {min(broker_ports)}-{max(broker_ports)} "
+                  f"overlap the kernel's ephemeral range {low}-{high}; prefer a base port "
+                  f"below {low}", file=sys.stderr)
 
         state = _State(data_dir, CHROOT, [])
         try:

@@ -30,7 +30,8 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def _ephemeral_port_range() -> tuple[int, int]:
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (ip_local_port_range)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
             low, high = (int(part) for part in file.read().split())
@@ -48,7 +49,7 @@ def free_port_block(count: int, *, attempts: int = 200) -> int:
     """
     if count < 1:
         raise ValueError("count must be at least 1")
-    low, _high = _ephemeral_port_range()
+    low, _high = ephemeral_port_range()
     bottom, top = (10000, low - count) if low - count > 11000 else (1024, 65536 - count)
     rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "big"))
     for _ in range(attempts):
