@@ -52,9 +52,9 @@ from baselines import (
     redis_consume,
     redis_produce,
 )
-from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from measure import PhaseResult, PhaseSummary, Progress, cpu_seconds, format_table, log
+from producing import ADMIN_TIMEOUT_S, timed_produce
 from profiling import ProfileSummary, PySpyRecorder, summarise
 
 from loglake.dev.harness import DevCluster
@@ -66,9 +66,6 @@ PRODUCE_TARGET = 250_000
 """records/s the produce phase must reach (median)."""
 CONSUME_TARGET = 1_000_000
 """records/s the consume phase must reach (median)."""
-PRODUCE_CHUNK = 10_000
-"""Records produced between two checks of the clock (progress, deadline, poll)."""
-ADMIN_TIMEOUT_S = 30.0
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -160,56 +157,9 @@ def create_topic(bootstrap_servers: str) -> None:
 def loglake_produce(config: BenchConfig, bootstrap_servers: str, pid: int,
                     payload: bytes) -> PhaseResult:
     """Produce ``config.records`` copies of ``payload``; time first produce .. flush done."""
-    errors: list[KafkaError] = []
-
-    def on_delivery(error: KafkaError | None, _message: object) -> None:
-        if error is not None:
-            errors.append(error)
-
-    producer = Producer({**config.producer_settings(bootstrap_servers),
-                         "on_delivery": on_delivery})
-    producer.list_topics(TOPIC, timeout=ADMIN_TIMEOUT_S)  # connect + metadata, not timed
-    produce, poll = producer.produce, producer.poll
-    total = config.records
-    progress = Progress("loglake produce", total)
-    cpu_before = cpu_seconds(pid)
-    started = time.perf_counter()
-    deadline = started + config.phase_timeout
-    sent = 0
-    while sent < total:
-        chunk = min(PRODUCE_CHUNK, total - sent)
-        for _ in range(chunk):
-            try:
-                produce(TOPIC, payload)
-            except BufferError:  # local queue full: serve it, bounded by the deadline
-                while True:
-                    poll(0.01)
-                    try:
-                        produce(TOPIC, payload)
-                        break
-                    except BufferError:
-                        if time.perf_counter() > deadline:
-                            raise BenchmarkError("produce queue stayed full until the "
-                                                 "deadline") from None
-        sent += chunk
-        poll(0)
-        progress.update(sent - len(producer))
-        if time.perf_counter() > deadline or errors:
-            break
-    while (remaining := producer.flush(1.0)) > 0 and not errors:
-        progress.update(sent - remaining)
-        if time.perf_counter() > deadline:
-            raise BenchmarkError(f"flush: {remaining} records undelivered after "
-                                 f"{config.phase_timeout:g} s")
-    elapsed = time.perf_counter() - started
-    cpu = cpu_seconds(pid) - cpu_before
-    progress.update(sent, force=True)
-    if errors:
-        raise BenchmarkError(f"{len(errors)} delivery errors, first: {errors[0]}")
-    if sent != total:
-        raise BenchmarkError(f"produced {sent} of {total} records within "
-                             f"{config.phase_timeout:g} s")
-    return PhaseResult(total, total * len(payload), elapsed, cpu)
+    return timed_produce(config.producer_settings(bootstrap_servers), TOPIC, payload,
+                         config.records, label="loglake produce", pids=[pid],
+                         phase_timeout=config.phase_timeout)
 
 
 def kcat_command(config: BenchConfig, bootstrap_servers: str) -> list[str]:

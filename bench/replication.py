@@ -14,7 +14,7 @@ What it measures (every topic has replication factor 3 and ``min.insync.replicas
    confluent-kafka producer. The clock runs from the first ``produce()`` until ``flush()``
    returns with nothing left; every delivery error fails the run, and the partitions' high
    watermarks must add up to the records sent. Records go to the partitions round-robin in
-   chunks of :data:`PRODUCE_CHUNK`. The three partitions of a 3-partition topic have three
+   chunks of :data:`producing.PRODUCE_CHUNK`. The three partitions of a 3-partition topic have three
    different leaders (the broker assigns leaders round-robin; the script checks it).
 2. **Broker CPU.** utime + stime of the three broker processes (``/proc/<pid>/stat``, pids from
    the cluster's state file), summed, read right before and after each timed phase.
@@ -71,6 +71,7 @@ from measure import (
     total_cpu_seconds,
 )
 from produce_consume import machine_info
+from producing import ADMIN_TIMEOUT_S, timed_produce
 from profiling import ProfileSummary, PySpyRecorder, summarise
 
 from loglake.dev.harness import DevCluster
@@ -82,9 +83,6 @@ ACKS_ALL_TARGET = 150_000
 """records/s the acks=all throughput must reach (median; the best partition layout counts)."""
 P99_TARGET_MS = 10.0
 """p99 produce latency (acks=all, at 20 % of the max acks=all rate) must be at most this."""
-PRODUCE_CHUNK = 10_000
-"""Records produced between two checks of the clock; also the round-robin chunk per partition."""
-ADMIN_TIMEOUT_S = 30.0
 ISR_TIMEOUT_S = 60.0
 FLUSH_TIMEOUT_S = 30.0
 """How long the latency phase waits for the last deliveries after its last send."""
@@ -229,58 +227,10 @@ def produce_throughput(config: ReplicationBenchConfig, bootstrap_servers: str, t
                        partitions: int, acks: str, pids: Sequence[int],
                        payload: bytes) -> PhaseResult:
     """Produce ``config.records`` copies of ``payload``; time first produce .. flush done."""
-    errors: list[KafkaError] = []
-
-    def on_delivery(error: KafkaError | None, _message: Message) -> None:
-        if error is not None:
-            errors.append(error)
-
-    producer = Producer({**config.throughput_settings(bootstrap_servers, acks),
-                         "on_delivery": on_delivery})
-    producer.list_topics(topic, timeout=ADMIN_TIMEOUT_S)  # connect + metadata, not timed
-    produce, poll = producer.produce, producer.poll
     total = config.records
-    progress = Progress(f"produce {partitions}p acks={acks}", total)
-    cpu_before = total_cpu_seconds(pids)
-    started = time.perf_counter()
-    deadline = started + config.phase_timeout
-    sent = 0
-    chunk_index = 0
-    while sent < total:
-        chunk = min(PRODUCE_CHUNK, total - sent)
-        partition = chunk_index % partitions
-        for _ in range(chunk):
-            try:
-                produce(topic, payload, partition=partition)
-            except BufferError:  # local queue full: serve it, bounded by the deadline
-                while True:
-                    poll(0.01)
-                    try:
-                        produce(topic, payload, partition=partition)
-                        break
-                    except BufferError:
-                        if time.perf_counter() > deadline:
-                            raise BenchmarkError("produce queue stayed full until the "
-                                                 "deadline") from None
-        sent += chunk
-        chunk_index += 1
-        poll(0)
-        progress.update(sent - len(producer))
-        if time.perf_counter() > deadline or errors:
-            break
-    while (remaining := producer.flush(1.0)) > 0 and not errors:
-        progress.update(sent - remaining)
-        if time.perf_counter() > deadline:
-            raise BenchmarkError(f"flush: {remaining} records undelivered after "
-                                 f"{config.phase_timeout:g} s")
-    elapsed = time.perf_counter() - started
-    cpu = total_cpu_seconds(pids) - cpu_before
-    progress.update(sent, force=True)
-    if errors:
-        raise BenchmarkError(f"{len(errors)} delivery errors, first: {errors[0]}")
-    if sent != total:
-        raise BenchmarkError(f"produced {sent} of {total} records within "
-                             f"{config.phase_timeout:g} s")
+    result = timed_produce(config.throughput_settings(bootstrap_servers, acks), topic, payload,
+                           total, label=f"produce {partitions}p acks={acks}", pids=pids,
+                           phase_timeout=config.phase_timeout, partitions=partitions)
     # acks=1 is answered before the followers copy the records, so the high watermark (the
     # ISR's minimum log end) may trail for a moment; acks=all must already be complete
     check_deadline = time.monotonic() + ISR_TIMEOUT_S
@@ -289,7 +239,7 @@ def produce_throughput(config: ReplicationBenchConfig, bootstrap_servers: str, t
             raise BenchmarkError(f"{topic}: high watermarks add up to {stored}, expected "
                                  f"{total}")
         time.sleep(0.2)
-    return PhaseResult(total, total * len(payload), elapsed, cpu)
+    return result
 
 
 # -- latency ------------------------------------------------------------------------------------
