@@ -60,10 +60,11 @@ from pathlib import Path
 from typing import Any
 
 from baselines import BenchmarkError
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from measure import Progress, format_table, log, total_cpu_seconds
 from produce_consume import machine_info
+from producing import timed_produce
 
 from loglake.dev.harness import DevCluster
 
@@ -340,35 +341,15 @@ def rebalance_phases(config: GroupBenchConfig, bootstrap: str, topic: str, group
 
 
 def produce(config: GroupBenchConfig, bootstrap: str, topic: str) -> None:
-    """``config.records`` records round-robin over the partitions (acks=1, not timed)."""
-    failures: list[str] = []
-
-    def on_delivery(error: KafkaError | None, _message: Message) -> None:
-        if error is not None and len(failures) < 10:
-            failures.append(str(error))
-
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
-                         "batch.num.messages": 10_000, "batch.size": 1_000_000,
-                         "queue.buffering.max.messages": 1_000_000,
-                         "delivery.report.only.error": True, "on_delivery": on_delivery})
+    """``config.records`` records round-robin over the partitions, chunk by chunk (acks=1; the
+    timing is not reported)."""
     payload = bytes(i % 251 for i in range(config.record_size))
-    progress = Progress("produce (untimed)", config.records)
-    deadline = time.monotonic() + config.phase_timeout
-    sent = 0
-    while sent < config.records:
-        if time.monotonic() > deadline:
-            raise BenchmarkError(f"produce: only {sent} records in time")
-        try:
-            producer.produce(topic, payload, partition=sent % CONSUME_PARTITIONS)
-            sent += 1
-        except BufferError:
-            producer.poll(0.01)
-        if sent % 10_000 == 0:
-            producer.poll(0)
-            progress.update(sent)
-    left = producer.flush(config.phase_timeout)
-    if left or failures:
-        raise BenchmarkError(f"produce: {left} unflushed, errors {failures}")
+    timed_produce({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5,
+                   "batch.num.messages": 10_000, "batch.size": 1_000_000,
+                   "queue.buffering.max.messages": 1_000_000,
+                   "delivery.report.only.error": True},
+                  topic, payload, config.records, label="produce (untimed)", pids=[],
+                  phase_timeout=config.phase_timeout, partitions=CONSUME_PARTITIONS)
 
 
 def consume_member(bootstrap: str, topic: str, group: str, slot: int, count: Any,
