@@ -367,10 +367,7 @@ class Consumer:
         if self.group_id is None:
             raise ValueError("committed() needs a group_id")
         limit = self._limit(timeout)
-        chosen = (
-            list(partitions) if partitions is not None
-            else self.partitions_for(topic, timeout=limit)
-        )
+        chosen = self._chosen_partitions(topic, partitions, limit)
         operation = f"committed offsets of group {self.group_id!r} for topic {topic!r}"
         try:
             found = self._consumer.committed(
@@ -439,10 +436,7 @@ class Consumer:
         ``None`` for a partition means no such record (every record is older).
         """
         limit = self._limit(timeout)
-        chosen = (
-            list(partitions) if partitions is not None
-            else self.partitions_for(topic, timeout=limit)
-        )
+        chosen = self._chosen_partitions(topic, partitions, limit)
         operation = f"offsets for time {timestamp_ms} in topic {topic!r}"
         try:
             found = self._consumer.offsets_for_times(
@@ -608,6 +602,14 @@ class Consumer:
             value=message.value(),
             headers=headers_from_wire(message.headers()),
         )
+
+    def _chosen_partitions(
+        self, topic: str, partitions: Sequence[int] | None, limit: float
+    ) -> list[int]:
+        """``partitions`` as given, or every partition of ``topic``."""
+        if partitions is not None:
+            return list(partitions)
+        return self.partitions_for(topic, timeout=limit)
 
     def _limit(self, timeout: float | None) -> float:
         limit = self.request_timeout_s if timeout is None else timeout
