@@ -250,6 +250,14 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     offsets_retention_minutes: int = 10080  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
+    # where sealed segments are tiered: an fsspec-style URL (None: no tiering on this broker)
+    remote_log_storage_url: str | None = None  # remote.log.storage.url
+    # object-store options (delta-rs names), from remote.log.storage.option.<name>=<value>
+    remote_log_storage_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # how often the tierer looks for sealed segments besides being woken by a roll
+    # (Kafka's default is 30 s; checking is cheap here and it bounds seal-to-commit latency)
+    remote_log_manager_task_interval_ms: int = 500  # remote.log.manager.task.interval.ms
+    log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)  # log.* overrides
 
     # broker property -> topic config it provides the default for
@@ -266,7 +274,10 @@ class BrokerConfig:
         "log.flush.interval.ms": "flush.ms",
         "log.index.interval.bytes": "index.interval.bytes",
         "unclean.leader.election.enable": "unclean.leader.election.enable",
+        "log.local.retention.ms": "local.retention.ms",
+        "log.local.retention.bytes": "local.retention.bytes",
     }
+    STORAGE_OPTION_PREFIX = "remote.log.storage.option."
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
@@ -278,10 +289,13 @@ class BrokerConfig:
             "log.flush.scheduler.interval.ms", "replica.lag.time.max.ms",
             "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
             "group.initial.rebalance.delay.ms", "offsets.retention.minutes",
-            "offsets.retention.check.interval.ms",
+            "offsets.retention.check.interval.ms", "remote.log.storage.url",
+            "remote.log.manager.task.interval.ms", "log.retention.check.interval.ms",
             *cls._TOPIC_DEFAULT_PROPERTIES,
         }
-        unknown = sorted(set(props) - known)
+        prefix = cls.STORAGE_OPTION_PREFIX
+        storage_options = {k[len(prefix):]: v for k, v in props.items() if k.startswith(prefix)}
+        unknown = sorted(k for k in set(props) - known if not k.startswith(prefix))
         if unknown:
             raise InvalidConfigError(f"Unknown broker setting(s): {', '.join(unknown)}")
         for required in ("broker.id", "zookeeper.connect"):
@@ -331,6 +345,14 @@ class BrokerConfig:
                 offsets_retention_minutes=int(props.get("offsets.retention.minutes", "10080")),
                 offsets_retention_check_interval_ms=int(
                     props.get("offsets.retention.check.interval.ms", "600000")
+                ),
+                remote_log_storage_url=props.get("remote.log.storage.url") or None,
+                remote_log_storage_options=storage_options,
+                remote_log_manager_task_interval_ms=int(
+                    props.get("remote.log.manager.task.interval.ms", "500")
+                ),
+                log_retention_check_interval_ms=int(
+                    props.get("log.retention.check.interval.ms", "300000")
                 ),
                 topic_defaults=topic_defaults,
             )

@@ -18,6 +18,10 @@ import pytest
 from loglake.dev.harness import DevCluster
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+# fixtures of the loopback S3 endpoint (s3_server) and the one SparkSession (spark)
+pytest_plugins = ["tests.s3_server", "tests.spark_session"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -46,6 +46,7 @@ from loglake.broker.controller import Controller
 from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.partition import Partition, Role
 from loglake.broker.replica_fetcher import ReplicaFetcher
+from loglake.broker.tiering import Tierer
 from loglake.catalog.zookeeper import (
     BrokerInfo,
     ClusterCatalog,
@@ -83,6 +84,7 @@ class Broker:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
+        self.tierer = Tierer(self)
         self.cluster_id = ""
         self.controller_id = -1
         self.stopping = False
@@ -107,7 +109,7 @@ class Broker:
         self.reconcile()
         self.catalog.watch_topics(lambda _children: self._schedule_reconcile())
         for coroutine in (self._flush_loop(), self._lease_loop(), self._isr_loop(),
-                          self.controller.run(), self.groups.run()):
+                          self.controller.run(), self.groups.run(), self.tierer.run()):
             self._tasks.append(asyncio.create_task(coroutine))
 
     async def stop(self) -> None:
@@ -287,6 +289,7 @@ class Broker:
             topic, index, self.partition_dir(topic, index), self.topic_configs[topic],
             broker_id=self.config.broker_id, replicas=replicas, clock=self.clock,
         )
+        partition.log.on_roll = self.tierer.poke
         self.partitions[(topic, index)] = partition
         log.info("opened %s at offsets [%d, %d), hw %d", partition.name,
                  partition.log_start_offset, partition.log.log_end_offset,
@@ -335,6 +338,7 @@ class Broker:
             self.fetchers[state.leader].add(partition)
 
     def _drop_topic(self, name: str) -> None:
+        self.tierer.forget_topic(name)
         self.topics.pop(name, None)
         self.topic_configs.pop(name, None)
         self.topic_ids.pop(name, None)

@@ -11,6 +11,10 @@ Layout (JSON values, as Kafka writes them)::
     /admin/delete_topics/<topic>                     marker while a deletion runs
     /controller (ephemeral), /controller_epoch
     /consumers/<group>/offsets/<topic>/<p>           committed offsets (groups issue)
+    /loglake/storage                                 {"url", "options"}: where the Delta tables
+                                                      live (options without secrets)
+    /loglake/tiering/<topic>/<p>                     {"tiered_end","tier_start","lag_offsets",
+                                                      "lag_seconds","leader","updated_ms"}
 
 Invariants: a topic exists once its assignment znode exists; creation writes assignment, config
 and every partition state in one multi-op transaction, so readers never see a partial topic.
@@ -48,6 +52,9 @@ CONTROLLER_EPOCH = "/controller_epoch"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
+STORAGE = "/loglake/storage"
+TIERING = "/loglake/tiering"
+_SECRET_MARKERS = ("secret", "password", "token", "access_key", "credential")
 
 
 def split_connect(connect: str) -> tuple[str, str]:
@@ -224,6 +231,8 @@ class ClusterCatalog:
         self.zk.delete(f"{TOPICS}/{name}", recursive=True)
         with contextlib.suppress(NoNodeError):
             self.zk.delete(f"{TOPIC_CONFIGS}/{name}")
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(f"{TIERING}/{name}", recursive=True)
         self.zk.delete(f"{DELETE_TOPICS}/{name}")
 
     # ---- configs
@@ -347,6 +356,49 @@ class ClusterCatalog:
             raise ControllerMovedError("controller epoch changed: no longer controller")
         if isinstance(results[1], Exception):
             raise StaleStateError(f"state of {topic}-{partition} changed concurrently")
+
+    # ---- tiered storage
+    def publish_storage(self, url: str, options: Mapping[str, str]) -> None:
+        """Record where the Delta tables live, for tools and Spark (secrets are left out:
+        readers take credentials from their own environment)."""
+        public = {k: v for k, v in options.items()
+                  if not any(marker in k.lower() for marker in _SECRET_MARKERS)}
+        value = _dump({"url": url, "options": public})
+        try:
+            self.zk.create(STORAGE, value, makepath=True)
+        except NodeExistsError:
+            self.zk.set(STORAGE, value)
+
+    def storage(self) -> tuple[str, dict[str, str]] | None:
+        """``(url, options)`` published by the brokers; None if no broker tiers."""
+        try:
+            raw, _ = self.zk.get(STORAGE)
+        except NoNodeError:
+            return None
+        data = json.loads(raw)
+        return str(data["url"]), {str(k): str(v) for k, v in data.get("options", {}).items()}
+
+    def set_tiering_status(self, topic: str, partition: int, status: Mapping[str, Any]) -> None:
+        path = f"{TIERING}/{topic}/{partition}"
+        value = _dump(dict(status))
+        try:
+            self.zk.set(path, value)
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                self.zk.create(path, value, makepath=True)
+
+    def tiering_status(self, topic: str) -> dict[int, dict[str, Any]]:
+        """Partition -> the status its leader last reported (see the layout above)."""
+        try:
+            children = self.zk.get_children(f"{TIERING}/{topic}")
+        except NoNodeError:
+            return {}
+        result = {}
+        for child in children:
+            with contextlib.suppress(NoNodeError, ValueError):
+                raw, _ = self.zk.get(f"{TIERING}/{topic}/{child}")
+                result[int(child)] = dict(json.loads(raw))
+        return result
 
     def all_partition_states(self) -> dict[tuple[str, int], tuple[tuple[int, ...],
                                                                    PartitionState]]:

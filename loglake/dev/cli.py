@@ -42,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--broker-config", action="append", default=[], metavar="KEY=VALUE",
                     type=_key_value, help="extra server.properties line for every broker "
                                           "(repeatable)")
+    up.add_argument("--storage", default=None, metavar="URL",
+                    help="where brokers tier sealed segments as Delta tables: a path or an "
+                         "fsspec URL such as s3://bucket/prefix (default: DIR/lake); object "
+                         "store credentials come from the usual AWS_* environment")
     up.add_argument("--timeout", type=float, default=cluster.DEFAULT_START_TIMEOUT_S,
                     metavar="SECONDS", help="how long to wait for each process to be ready")
     up.set_defaults(handler=_up)
@@ -118,11 +122,18 @@ def _guarded(handler: Handler) -> Handler:
     return run
 
 
+def _overrides(args: argparse.Namespace) -> dict[str, str] | None:
+    overrides = dict(args.broker_config)
+    if args.storage:
+        overrides["remote.log.storage.url"] = args.storage
+    return overrides or None
+
+
 @_guarded
 def _up(args: argparse.Namespace) -> int:
     info = cluster.up(args.data, brokers=args.brokers, base_port=args.base_port,
                       zookeeper_port=args.zookeeper_port, zookeepers=args.zookeepers,
-                      broker_overrides=dict(args.broker_config) or None, timeout=args.timeout)
+                      broker_overrides=_overrides(args), timeout=args.timeout)
     for line in info.summary_lines():
         print(line)
     return 0

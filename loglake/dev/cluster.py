@@ -227,6 +227,9 @@ def _locked(data_dir: Path, *, create: bool = False) -> Iterator[None]:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
 
+DEFAULT_STORAGE_DIR = "lake"  # under the dev cluster's data dir: where Delta tables go
+
+
 # -- starting -------------------------------------------------------------------------------------
 
 
@@ -238,6 +241,8 @@ def broker_properties(data_dir: Path, broker_id: int, port: int, zookeeper_conne
         "listeners": f"PLAINTEXT://{net.LOOPBACK}:{port}",
         "log.dirs": str(data_dir / f"broker-{broker_id}" / "data"),
         "zookeeper.connect": zookeeper_connect,
+        # every broker tiers into the same Delta tables: by default a folder of the dev cluster
+        "remote.log.storage.url": str(data_dir / DEFAULT_STORAGE_DIR),
     }
     settings.update(overrides or {})
     lines = ["# Written by `loglake dev up`; rewritten on every start."]

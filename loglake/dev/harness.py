@@ -35,10 +35,14 @@ from loglake.dev.zookeeper import DEFAULT_TICK_TIME_MS, ZooKeeperServer
 
 __all__ = ["DevCluster", "free_port_block", "zookeeper"]
 
-TEST_BROKER_DEFAULTS: dict[str, str] = {"zookeeper.session.timeout.ms": "6000"}
+TEST_BROKER_DEFAULTS: dict[str, str] = {
+    "zookeeper.session.timeout.ms": "6000",
+    "log.retention.check.interval.ms": "1000",
+}
 """Broker settings the harness applies unless overridden: a killed broker's ephemeral znode
 expires after 6 s instead of Kafka's 18 s, so kill-and-restart tests do not wait that long
-(ZooKeeper's default tickTime of 2 s allows sessions of 4 to 40 s)."""
+(ZooKeeper's default tickTime of 2 s allows sessions of 4 to 40 s); retention is checked every
+second instead of every 5 minutes."""
 
 
 class DevCluster:
@@ -58,6 +62,7 @@ class DevCluster:
         zookeepers: int = 1,
         zookeeper_port: int | None = None,
         broker_overrides: dict[str, str] | None = None,
+        storage: str | None = None,
         start_timeout: float = cluster.DEFAULT_START_TIMEOUT_S,
         stop_timeout: float = cluster.DEFAULT_STOP_TIMEOUT_S,
     ) -> None:
@@ -73,6 +78,11 @@ class DevCluster:
         self.zookeepers = zookeepers
         self.zookeeper_port = zookeeper_port
         self.broker_overrides = {**TEST_BROKER_DEFAULTS, **(broker_overrides or {})}
+        if storage is not None:
+            self.broker_overrides["remote.log.storage.url"] = storage
+        self.storage_url = self.broker_overrides.get(
+            "remote.log.storage.url", str(self.data_dir / cluster.DEFAULT_STORAGE_DIR))
+        """Where the brokers tier to (``storage`` or the default folder under the data dir)."""
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self._info: ClusterInfo | None = None

@@ -117,6 +117,7 @@ class PartitionLog:
         self._pending_roll_flush: int | None = None
         self._directory_dirty = False
         self._closed = False
+        self.on_roll: Callable[[], None] | None = None  # told after a segment is sealed
         self.leader_epoch_cache, self._epoch_cache_valid = LeaderEpochCache.load(
             directory / filenames.LEADER_EPOCH_CHECKPOINT, lambda: self._next_offset
         )
@@ -492,6 +493,8 @@ class PartitionLog:
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._directory_dirty = True
+        if self.on_roll is not None and old.size:
+            self.on_roll()
         return segment
 
     def roll(self) -> None:

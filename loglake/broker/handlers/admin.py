@@ -137,6 +137,7 @@ async def delete_topics(broker: Broker, frame: RequestFrame) -> Any:
             if name is None or name not in broker.topics:
                 raise UnknownTopicError(f"Topic '{name or topic_id}' does not exist.")
             await broker.zk_call(broker.catalog.delete_topic, name)
+            await broker.tierer.delete_table(name)
             result["error_code"] = ErrorCode.none
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)

@@ -6,11 +6,17 @@ is sent when the accumulated record bytes reach ``min_bytes``, when any partitio
 or when ``max_wait_ms`` elapses; until then the request waits on the partitions' append futures.
 Size limits follow KIP-74: ``partition_max_bytes`` per partition, ``max_bytes`` for the response,
 but the first batch of the first non-empty partition is returned whole even if it is larger.
+
+Tiered storage: a consumer fetch below the local log start is answered from the topic's Delta
+table (broker/tiering.py re-encodes the original batches), and the log start offset consumers
+see (Fetch, ListOffsets earliest) is the table's first offset. Follower fetches never read the
+table: below the leader's local log start they get OFFSET_OUT_OF_RANGE and restart there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -21,6 +27,8 @@ from loglake.errors import LoglakeError, OffsetOutOfRangeError
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
     from loglake.broker.partition import Partition
+
+log = logging.getLogger(__name__)
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -53,7 +61,11 @@ async def fetch(broker: Broker, frame: RequestFrame) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     while True:
-        responses, total, failed, watched = _collect(broker, request)
+        responses, total, failed, watched, below = _collect(broker, request)
+        if below:
+            tier_total, tier_failed = await _read_tier(broker, request, below, total)
+            total += tier_total
+            failed = failed or tier_failed
         remaining = deadline - loop.time()
         if total >= request.min_bytes or failed or remaining <= 0 or not watched:
             return build(cls, {"responses": responses})
@@ -65,13 +77,18 @@ async def fetch(broker: Broker, frame: RequestFrame) -> Any:
                 waiter.cancel()
 
 
+_TierRead = tuple[dict[str, Any], "Partition", int, int]
+
+
 def _collect(
     broker: Broker, request: Any
-) -> tuple[list[dict[str, Any]], int, bool, list[Partition]]:
+) -> tuple[list[dict[str, Any]], int, bool, list[Partition], list[_TierRead]]:
     budget = max(request.max_bytes, 0) if hasattr(request, "max_bytes") else 2**31 - 1
     total = 0
     failed = False
     watched: list[Partition] = []
+    below: list[_TierRead] = []  # consumer fetches under the local log: served from the tier
+    tiering = broker.tierer.storage is not None
     responses = []
     read_committed = getattr(request, "isolation_level", 0) == 1
     replica = getattr(request, "replica_id", -1)
@@ -91,6 +108,14 @@ def _collect(
                 entry["high_watermark"] = partition.high_watermark
                 entry["last_stable_offset"] = partition.high_watermark
                 entry["log_start_offset"] = partition.log_start_offset
+                if replica < 0 and tiering:
+                    entry["log_start_offset"] = broker.tierer.known_log_start(partition)
+                    if 0 <= wanted.fetch_offset < partition.log_start_offset:
+                        entry["error_code"] = ErrorCode.none
+                        below.append((entry, partition, wanted.fetch_offset,
+                                      wanted.partition_max_bytes))
+                        partitions.append(entry)
+                        continue
                 if not partition.log_start_offset <= wanted.fetch_offset <= (
                     partition.log.log_end_offset
                 ):
@@ -115,7 +140,39 @@ def _collect(
                 failed = True
             partitions.append(entry)
         responses.append({"topic": topic.topic, "partitions": partitions})
-    return responses, total, failed, watched
+    return responses, total, failed, watched, below
+
+
+async def _read_tier(broker: Broker, request: Any, below: list[_TierRead],
+                     total: int) -> tuple[int, bool]:
+    """Fill the entries of fetches below the local log start from the Delta table."""
+    budget = max(request.max_bytes, 0) if hasattr(request, "max_bytes") else 2**31 - 1
+    added = 0
+    failed = False
+    for entry, partition, offset, partition_max in below:
+        try:
+            start = await broker.tierer.log_start(partition)
+            entry["log_start_offset"] = start
+            limit = min(partition_max, budget - total - added)
+            records = None
+            if offset >= start and (limit > 0 or total + added == 0):
+                records = await broker.tierer.read(partition, offset, max(limit, 0),
+                                                   min_one_batch=total + added == 0)
+            if records is None:
+                raise OffsetOutOfRangeError(
+                    f"Fetch offset {offset} is out of range for {partition.name}: the log "
+                    f"holds [{start}, {partition.log.log_end_offset}]."
+                )
+            entry["records"] = records
+            added += len(records)
+        except LoglakeError as exc:
+            entry["error_code"] = exc.code
+            failed = True
+        except Exception as exc:  # storage unreachable, unreadable file: retriable for clients
+            log.warning("tier read of %s at %d failed: %s", partition.name, offset, exc)
+            entry["error_code"] = ErrorCode.kafka_storage_error
+            failed = True
+    return added, failed
 
 
 async def list_offsets(broker: Broker, frame: RequestFrame) -> Any:
@@ -129,7 +186,7 @@ async def list_offsets(broker: Broker, frame: RequestFrame) -> Any:
             try:
                 partition = broker.leader_partition(topic.name, wanted.partition_index)
                 _check_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
-                entry.update(_lookup(partition, wanted.timestamp))
+                entry.update(await _lookup(broker, partition, wanted.timestamp))
                 entry["leader_epoch"] = partition.leader_epoch
                 entry["error_code"] = ErrorCode.none
             except LoglakeError as exc:
@@ -139,9 +196,9 @@ async def list_offsets(broker: Broker, frame: RequestFrame) -> Any:
     return build(response_class(2, frame.api_version), {"topics": topics})
 
 
-def _lookup(partition: Partition, timestamp: int) -> dict[str, int]:
+async def _lookup(broker: Broker, partition: Partition, timestamp: int) -> dict[str, int]:
     if timestamp == EARLIEST_TIMESTAMP:
-        return {"offset": partition.log_start_offset, "timestamp": -1}
+        return {"offset": await broker.tierer.log_start(partition), "timestamp": -1}
     if timestamp == LATEST_TIMESTAMP:
         return {"offset": partition.high_watermark, "timestamp": -1}
     if timestamp == MAX_TIMESTAMP:
@@ -150,7 +207,11 @@ def _lookup(partition: Partition, timestamp: int) -> dict[str, int]:
             return {"offset": -1, "timestamp": -1}
         max_ts, offset = found
         return {"offset": offset, "timestamp": max_ts}
-    hit = partition.log.offset_for_timestamp(timestamp)
+    hit = None
+    if partition.log_start_offset > 0 and timestamp >= 0:
+        hit = await broker.tierer.offset_for_timestamp(partition, timestamp)
+    if hit is None:
+        hit = partition.log.offset_for_timestamp(timestamp)
     if hit is None or hit[0] >= partition.high_watermark:
         return {"offset": -1, "timestamp": -1}
     return {"offset": hit[0], "timestamp": hit[1]}

@@ -1,0 +1,409 @@
+"""The broker's side of tiered storage: the tierer, local retention, and tier reads.
+
+Tierer (leaders only, one asyncio task per broker): for every partition this broker leads whose
+topic has ``remote.storage.enable``, each sealed segment whose records are all below the high
+watermark (committed: every ISR member has them, so no failover truncates them) is decoded into
+rows and committed to the topic's Delta table (segments/tiered_table.py), oldest first, one
+commit per segment. Progress is not kept locally: ``tiered_end`` (one past the last tiered
+offset) is the Delta app-transaction version of ``<topic>-<partition>``, re-read on every
+leadership change, so a crash or a new leader resumes exactly where the table says. Steps and
+what a crash at each leaves::
+
+    1. read the segment (immutable once sealed) from tiered_end, decode -> Arrow rows
+    2. write one Parquet file into the table directory        crash: orphan file (harmless)
+    3. Delta commit with app txn (<topic>-<p>, last offset)   crash: committed; the next
+                                                               leader reads the version
+    4. update tiered_end, tiering status in ZooKeeper         (bookkeeping only)
+
+The tierer is woken when a segment rolls or the high watermark moves and also runs every
+``remote.log.manager.task.interval.ms``.
+
+Local retention (every ``log.retention.check.interval.ms``, every hosted replica): deletes the
+oldest local segments per segments/retention.py; on tiered topics only segments already in the
+table (followers read the table's tiered_end themselves).
+
+Tier reads: consumer fetches below the local log start are answered from the table (one row
+group, re-encoded to the original batches, cached per partition), and the earliest offset a
+consumer sees is the table's first offset.
+
+Thread-safety: the Tierer lives on the broker's event loop; Delta/Parquet work runs in worker
+threads, each TieredTable guarded by its own lock (one thread at a time per table object). The
+writer and the reader of a topic use separate TieredTable objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+
+from loglake.broker.faults import crash_point
+from loglake.broker.partition import Partition, Role
+from loglake.segments.log import SegmentInfo
+from loglake.segments.retention import deletable_prefix, local_limits
+from loglake.segments.storage import Storage
+from loglake.segments.tier_rows import batches_to_rows, rows_to_batches
+from loglake.segments.tiered_table import TieredTable
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Key = tuple[str, int]
+STATUS_INTERVAL_S = 1.0
+
+
+@dataclass
+class _Progress:
+    """What the tierer knows of one led partition (reset at each leadership change)."""
+
+    leader_epoch: int
+    tiered_end: int | None  # app txn version + 1 as last read from / committed to the table
+    tier_start: int | None = None
+    last_status: dict[str, Any] = field(default_factory=dict)
+    last_status_s: float = 0.0
+
+
+@dataclass
+class _Chunk:
+    """Re-encoded batches of one tier row group: (base offset, last offset, bytes)."""
+
+    batches: list[tuple[int, int, bytes]]
+
+    def covers(self, offset: int) -> bool:
+        return bool(self.batches) and self.batches[0][0] <= offset <= self.batches[-1][1]
+
+    def slice(self, offset: int, max_bytes: int, min_one: bool) -> bytes:
+        out: list[bytes] = []
+        size = 0
+        for _base, last, data in self.batches:
+            if last < offset:
+                continue
+            if size + len(data) > max_bytes and (out or not min_one):
+                break
+            out.append(data)
+            size += len(data)
+        return b"".join(out)
+
+
+class _Guarded:
+    """A TieredTable with a lock, used from worker threads one call at a time."""
+
+    def __init__(self, table: TieredTable) -> None:
+        self.table = table
+        self.lock = threading.Lock()
+
+    async def call(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        def locked() -> T:
+            with self.lock:
+                return func(*args, **kwargs)
+
+        return await asyncio.to_thread(locked)
+
+
+def _segment_rows(path: Path, start: int, end: int) -> pa.Table:
+    """Rows of the records in ``[start, end)`` of a sealed segment file (CRC-checked)."""
+    data = path.read_bytes()
+    return batches_to_rows(data, start_offset=start, end_offset=end)
+
+
+class Tierer:
+    """Tiering, local retention and tier reads of one broker (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        self.storage: Storage | None = (
+            Storage.from_url(config.remote_log_storage_url, config.remote_log_storage_options)
+            if config.remote_log_storage_url else None
+        )
+        self._writers: dict[str, _Guarded] = {}
+        self._readers: dict[str, _Guarded] = {}
+        self._progress: dict[Key, _Progress] = {}
+        self._chunks: dict[Key, _Chunk] = {}
+        self._starts: dict[Key, int | None] = {}  # tier start per partition, last seen
+        self._wake: asyncio.Event | None = None
+        self._last_retention = 0.0
+
+    # ------------------------------------------------------------------ helpers
+    def tiered(self, topic: str) -> bool:
+        config = self.broker.topic_configs.get(topic)
+        return self.storage is not None and config is not None and config.remote_storage_enable
+
+    def _writer(self, topic: str) -> _Guarded:
+        assert self.storage is not None
+        if topic not in self._writers:
+            self._writers[topic] = _Guarded(TieredTable(self.storage, topic))
+        return self._writers[topic]
+
+    def _reader(self, topic: str) -> _Guarded:
+        assert self.storage is not None
+        if topic not in self._readers:
+            self._readers[topic] = _Guarded(TieredTable(self.storage, topic))
+        return self._readers[topic]
+
+    def poke(self) -> None:
+        """Wake the tierer (a segment rolled or the high watermark moved)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    def forget_topic(self, topic: str) -> None:
+        self._writers.pop(topic, None)
+        self._readers.pop(topic, None)
+        for key in [k for k in self._progress if k[0] == topic]:
+            del self._progress[key]
+        for key in [k for k in self._chunks if k[0] == topic]:
+            del self._chunks[key]
+        for key in [k for k in self._starts if k[0] == topic]:
+            del self._starts[key]
+
+    async def delete_table(self, topic: str) -> None:
+        """Remove a deleted topic's Delta table (Kafka deletes remote data with the topic), so
+        a topic created later under the same name starts empty."""
+        self.forget_topic(topic)
+        if self.storage is None:
+            return
+        storage = self.storage
+        uri = storage.table_uri(topic)
+
+        def remove() -> None:
+            fs = storage.filesystem()
+            path = storage.path_in_fs(uri)
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+
+        try:
+            await asyncio.to_thread(remove)
+        except Exception:
+            log.exception("could not delete the tiered table of %s at %s", topic, uri)
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self) -> None:
+        self._wake = asyncio.Event()
+        if self.storage is not None:
+            with contextlib.suppress(Exception):
+                await self.broker.zk_call(self.broker.catalog.publish_storage,
+                                          self.storage.url, dict(self.storage.options))
+        interval = self.broker.config.remote_log_manager_task_interval_ms / 1000
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval)
+            self._wake.clear()
+            if self.storage is not None and self.broker.zk_healthy():
+                for partition in list(self.broker.partitions.values()):
+                    if partition.role is Role.LEADER and self.tiered(partition.topic):
+                        try:
+                            await self._tier_partition(partition)
+                        except Exception:
+                            log.exception("tiering %s failed; will retry", partition.name)
+            check = self.broker.config.log_retention_check_interval_ms / 1000
+            if time.monotonic() - self._last_retention >= check:
+                self._last_retention = time.monotonic()
+                await self._retention_pass()
+
+    async def _load_progress(self, partition: Partition) -> _Progress:
+        key = (partition.topic, partition.index)
+        progress = self._progress.get(key)
+        if progress is None or progress.leader_epoch != partition.leader_epoch:
+            writer = self._writer(partition.topic)
+            end = await writer.call(writer.table.tiered_end, partition.index)
+            start = await writer.call(writer.table.start_offset, partition.index)
+            progress = _Progress(partition.leader_epoch, end, start)
+            self._progress[key] = progress
+        return progress
+
+    async def _tier_partition(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        known = self._progress.get(key)
+        if (known is not None and known.leader_epoch == partition.leader_epoch
+                and _next_sealed(partition, max(known.tiered_end or 0,
+                                                partition.log_start_offset)) is None):
+            await self._report(partition, known)
+            return  # nothing to tier: no Delta round trip
+        progress = await self._load_progress(partition)
+        writer = self._writer(partition.topic)
+        await writer.call(writer.table.ensure_created)
+        while partition.role is Role.LEADER and not self.broker.stopping:
+            begin = max(progress.tiered_end or 0, partition.log_start_offset)
+            segment = _next_sealed(partition, begin)
+            if segment is None:
+                break
+            rows = await asyncio.to_thread(_segment_rows, segment.log_path, begin,
+                                           segment.next_offset)
+            last_offset = segment.next_offset - 1
+            if rows.num_rows == 0:
+                break  # nothing decodable to tier (should not happen for a sealed segment)
+            pending = await writer.call(writer.table.write_file, partition.index, rows)
+            crash_point("tier-after-write")
+            if (partition.role is not Role.LEADER
+                    or partition.leader_epoch != progress.leader_epoch):
+                break  # leadership moved while writing: the new leader tiers it
+            committed = await writer.call(writer.table.commit, partition.index, [pending],
+                                          last_offset, expected_end=progress.tiered_end)
+            crash_point("tier-after-commit")
+            if committed:
+                progress.tiered_end = last_offset + 1
+                if progress.tier_start is None:
+                    progress.tier_start = rows.column("offset")[0].as_py()
+                    self._starts[key] = progress.tier_start
+                log.info("%s: tiered offsets [%d, %d] (%d records)", partition.name, begin,
+                         last_offset, rows.num_rows)
+            else:
+                progress.tiered_end = await writer.call(writer.table.tiered_end, partition.index)
+                log.info("%s: another writer tiered up to %s", partition.name,
+                         progress.tiered_end)
+        await self._report(partition, progress)
+
+    async def _report(self, partition: Partition, progress: _Progress) -> None:
+        """Publish tiering lag (offsets and seconds behind) for tools, at most once a second."""
+        tiered_end = progress.tiered_end or partition.log_start_offset
+        untiered = [s for s in partition.log.segment_infos()
+                    if not s.active and s.next_offset > tiered_end]
+        lag_seconds = 0.0
+        if untiered:
+            with contextlib.suppress(OSError):
+                lag_seconds = max(0.0, time.time() - untiered[0].log_path.stat().st_mtime)
+        status = {
+            "tiered_end": progress.tiered_end,
+            "tier_start": progress.tier_start,
+            "local_start": partition.log_start_offset,
+            "high_watermark": partition.high_watermark,
+            "lag_offsets": max(0, untiered[-1].next_offset - tiered_end) if untiered else 0,
+            "lag_seconds": round(lag_seconds, 3),
+            "leader": self.broker.config.broker_id,
+        }
+        now = time.monotonic()
+        if status == progress.last_status or now - progress.last_status_s < STATUS_INTERVAL_S:
+            return
+        progress.last_status, progress.last_status_s = status, now
+        with contextlib.suppress(Exception):
+            await self.broker.zk_call(self.broker.catalog.set_tiering_status, partition.topic,
+                                      partition.index, {**status, "updated_ms":
+                                                        int(time.time() * 1000)})
+
+    # ------------------------------------------------------------------ local retention
+    async def _retention_pass(self) -> None:
+        now_ms = int(self.broker.clock() * 1000)
+        for key, partition in list(self.broker.partitions.items()):
+            try:
+                tiered = self.tiered(partition.topic)
+                tiered_end: int | None = None
+                if tiered:
+                    progress = self._progress.get(key)
+                    if partition.role is Role.LEADER and progress is not None:
+                        tiered_end = progress.tiered_end
+                    else:
+                        reader = self._reader(partition.topic)
+                        tiered_end = await reader.call(reader.table.tiered_end, partition.index)
+                    if tiered_end is None:
+                        continue  # nothing tiered yet: keep everything
+                retention_ms, retention_bytes = local_limits(partition.config, tiered=tiered)
+                if self.broker.partitions.get(key) is not partition:
+                    continue
+                new_start = deletable_prefix(
+                    partition.log.segment_infos(), now_ms=now_ms, retention_ms=retention_ms,
+                    retention_bytes=retention_bytes, tiered_end=tiered_end,
+                )
+                if new_start is not None and new_start <= partition.high_watermark:
+                    deleted = partition.log.delete_segments_before(new_start)
+                    if deleted:
+                        log.info("%s: local retention deleted %d segment(s); local log now "
+                                 "starts at %d", partition.name, deleted,
+                                 partition.log_start_offset)
+            except Exception:
+                log.exception("local retention of %s failed", partition.name)
+
+    # ------------------------------------------------------------------ tier reads
+    async def tier_start(self, partition: Partition) -> int | None:
+        """The first offset the table holds for this partition (None: none)."""
+        if self.storage is None:
+            return None
+        key = (partition.topic, partition.index)
+        if self._starts.get(key) is not None:
+            return self._starts[key]
+        reader = self._reader(partition.topic)
+        start = await reader.call(_refreshed_start, reader.table, partition.index)
+        self._starts[key] = start
+        return start
+
+    def known_log_start(self, partition: Partition) -> int:
+        """:meth:`log_start` from what is cached (no I/O), for responses' log_start_offset."""
+        tier = self._starts.get((partition.topic, partition.index))
+        local = partition.log_start_offset
+        return local if tier is None else min(tier, local)
+
+    async def log_start(self, partition: Partition) -> int:
+        """The earliest offset consumers see: the table's first offset when it is below the
+        local log start, else the local log start."""
+        local = partition.log_start_offset
+        if self.storage is None or local == 0:
+            return local
+        tier = await self.tier_start(partition)
+        return local if tier is None else min(tier, local)
+
+    async def read(self, partition: Partition, offset: int, max_bytes: int,
+                   min_one_batch: bool) -> bytes | None:
+        """Batches from the table starting with the one holding ``offset`` (or the next one
+        after a gap), whole, at most ``max_bytes`` (the first one whole when
+        ``min_one_batch``), from one row group. None when the table holds nothing at or after
+        ``offset``."""
+        key = (partition.topic, partition.index)
+        chunk = self._chunks.get(key)
+        if chunk is None or not chunk.covers(offset):
+            reader = self._reader(partition.topic)
+            rows = await reader.call(reader.table.read_chunk, partition.index, offset)
+            if rows is None:
+                rows = await reader.call(_refreshed_chunk, reader.table, partition.index, offset)
+            if rows is None:
+                return None
+            batches = await asyncio.to_thread(rows_to_batches, rows)
+            starts = rows.column("batch_offset").to_pylist()
+            lasts = rows.column("batch_last_offset").to_pylist()
+            bounds = sorted({(starts[i], lasts[i]) for i in range(len(starts))})
+            chunk = _Chunk([(b, last, data) for (b, last), data in zip(bounds, batches,
+                                                                      strict=True)])
+            self._chunks[key] = chunk
+        return chunk.slice(offset, max_bytes, min_one_batch)
+
+    async def offset_for_timestamp(self, partition: Partition,
+                                   timestamp_ms: int) -> tuple[int, int] | None:
+        """ListOffsets by time over the tiered offsets below the local log start."""
+        if self.storage is None:
+            return None
+        reader = self._reader(partition.topic)
+        hit = await reader.call(reader.table.offset_for_timestamp, partition.index,
+                                timestamp_ms)
+        if hit is not None and hit[0] < partition.log_start_offset:
+            return hit
+        return None
+
+
+def _refreshed_start(table: TieredTable, partition: int) -> int | None:
+    table.files(partition, refresh=True)
+    return table.start_offset(partition)
+
+
+def _refreshed_chunk(table: TieredTable, partition: int, offset: int) -> pa.Table | None:
+    table.files(partition, refresh=True)
+    return table.read_chunk(partition, offset)
+
+
+def _next_sealed(partition: Partition, begin: int) -> SegmentInfo | None:
+    """The oldest sealed segment holding offsets >= ``begin``, if all of them are committed."""
+    for segment in partition.log.segment_infos():
+        if segment.active:
+            return None
+        if segment.next_offset <= begin:
+            continue
+        return segment if segment.next_offset <= partition.high_watermark else None
+    return None

@@ -1,0 +1,63 @@
+"""Which local segments retention may delete: a pure decision over segment snapshots.
+
+Kafka's rules (``UnifiedLog.deleteOldSegments``), applied to the sealed segments only (the
+active segment is never deleted here), oldest first, as one prefix:
+
+* time: a segment whose largest timestamp is older than ``now - retention_ms`` (-1: never);
+* size: the oldest segments while the partition stays above ``retention_bytes`` without them
+  (-1: no limit);
+* tiering (KIP-405): when the topic is tiered, only segments wholly below ``tiered_end`` (one
+  past the last offset committed to the Delta table) may go, and the limits are the
+  ``local.retention.*`` ones (-2 means "use retention.*").
+
+Pure functions, thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loglake.config import TopicConfig
+from loglake.segments.log import SegmentInfo
+
+
+def local_limits(config: TopicConfig, *, tiered: bool) -> tuple[int, int]:
+    """``(retention_ms, retention_bytes)`` that govern the local log."""
+    if not tiered:
+        return config.retention_ms, config.retention_bytes
+    ms = config.retention_ms if config.local_retention_ms == -2 else config.local_retention_ms
+    size = (config.retention_bytes if config.local_retention_bytes == -2
+            else config.local_retention_bytes)
+    return ms, size
+
+
+def deletable_prefix(
+    segments: Sequence[SegmentInfo],
+    *,
+    now_ms: int,
+    retention_ms: int,
+    retention_bytes: int,
+    tiered_end: int | None,
+) -> int | None:
+    """The new local start offset (base offset of the first segment kept) if retention
+    deletes any segment, else None. ``tiered_end`` None means the topic is not tiered."""
+    sealed = [s for s in segments if not s.active]
+    eligible = len(sealed)
+    if tiered_end is not None:
+        eligible = 0
+        while eligible < len(sealed) and sealed[eligible].next_offset <= tiered_end:
+            eligible += 1
+    by_time = 0
+    if retention_ms >= 0:
+        while by_time < eligible and sealed[by_time].max_timestamp < now_ms - retention_ms:
+            by_time += 1
+    by_size = 0
+    if retention_bytes >= 0:
+        excess = sum(s.size_bytes for s in segments) - retention_bytes
+        while by_size < eligible and excess >= sealed[by_size].size_bytes:
+            excess -= sealed[by_size].size_bytes
+            by_size += 1
+    count = max(by_time, by_size)
+    if count == 0:
+        return None
+    return segments[count].base_offset

@@ -1,0 +1,339 @@
+"""One topic's Delta table on object storage: the cold tier (``<storage>/topics/<topic>``).
+
+Layout: a Delta table partitioned by the Kafka ``partition`` column (schema in tier_rows.py), so
+retention and compaction jobs replace files of one partition without touching another
+partition's appends. Data files are written by us with pyarrow::
+
+    partition=<p>/<first offset:020d>-<last offset:020d>-<uuid>.parquet
+
+Each row group holds whole Kafka batches (never a batch split across row groups), so a fetch
+re-encodes batches from one row group at a time.
+
+Exactly-once tiering: every commit that adds rows of partition ``p`` carries the Delta app
+transaction ``(app_id=f"{topic}-{p}", version=last tiered offset)``. A writer first reads that
+version, writes Parquet, then commits; delta-rs rejects a commit whose app id changed since the
+snapshot it read (``CommitFailedError``: concurrent transaction), so two leaders racing on the
+same partition cannot both commit, and a retry after a crash sees the version and skips the
+rows already committed. Crash points:
+
+1. after the Parquet file is written, before the commit: an orphan file no snapshot references
+   (vacuum removes it); the rows are tiered again on the next attempt;
+2. after the commit, before the caller's bookkeeping: the app transaction version records the
+   progress, so the next attempt starts after it.
+
+Thread-safety: a TieredTable may be used from one thread at a time (the broker runs it in worker
+threads, one task per table at a time); delta-rs and pyarrow release the GIL for I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.transaction import AddAction
+
+if TYPE_CHECKING:
+    from deltalake._internal import RemoveAction
+
+from loglake.segments.storage import Storage
+from loglake.segments.tier_rows import FILE_SCHEMA, PARTITION_COLUMN, TABLE_SCHEMA
+
+log = logging.getLogger(__name__)
+
+COMMIT_ATTEMPTS = 20
+ROW_GROUP_ROWS = 65_536
+"""Target rows per Parquet row group (cut at batch boundaries; a fetch decodes one)."""
+_FOOTER_CACHE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TierFile:
+    """One live data file of a partition, from the Delta snapshot's add actions."""
+
+    uri: str
+    size: int
+    num_records: int
+    min_offset: int
+    max_offset: int
+    min_timestamp_ms: int
+    max_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingFile:
+    """A Parquet file written into the table directory but not committed yet."""
+
+    path: str  # relative to the table root
+    size: int
+    num_records: int
+    first_offset: int
+    last_offset: int
+    stats: str
+
+
+def app_id(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def _iso(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class TieredTable:
+    """Reads and appends to one topic's Delta table (see the module docstring)."""
+
+    def __init__(self, storage: Storage, topic: str) -> None:
+        self.storage = storage
+        self.topic = topic
+        self.uri = storage.table_uri(topic)
+        self._dt: DeltaTable | None = None
+        self._files: dict[int, list[TierFile]] | None = None
+        self._files_version = -1
+        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+
+    # ------------------------------------------------------------------ snapshot
+    def exists(self) -> bool:
+        if self._dt is not None:
+            return True
+        return DeltaTable.is_deltatable(self.uri, storage_options=self.storage.delta_options())
+
+    def table(self, *, refresh: bool = False) -> DeltaTable:
+        """The Delta table, loaded once and brought up to date when ``refresh``
+        (TableNotFoundError if nobody tiered this topic yet)."""
+        if self._dt is None:
+            self._dt = DeltaTable(self.uri, storage_options=self.storage.delta_options())
+        elif refresh:
+            self._dt.update_incremental()
+        return self._dt
+
+    def ensure_created(self) -> DeltaTable:
+        """Create the table if missing (idempotent; racing creators all end up with it)."""
+        options = self.storage.delta_options()
+        for _ in range(5):
+            try:
+                return self.table(refresh=True)
+            except TableNotFoundError:
+                pass
+            try:
+                DeltaTable.create(
+                    self.uri, schema=TABLE_SCHEMA, partition_by=[PARTITION_COLUMN],
+                    mode="ignore", name=self.topic,
+                    description=f"loglake topic {self.topic}", storage_options=options,
+                )
+            except Exception as exc:  # a concurrent creator won the race: load theirs
+                log.info("creating %s: %s; loading the existing table", self.uri, exc)
+                time.sleep(0.1)
+        return self.table(refresh=True)
+
+    def tiered_end(self, partition: int, *, refresh: bool = True) -> int | None:
+        """One past the last offset tiered for ``partition`` (None: nothing tiered yet)."""
+        try:
+            version = self.table(refresh=refresh).transaction_version(app_id(self.topic, partition))
+        except TableNotFoundError:
+            return None
+        return None if version is None else int(version) + 1
+
+    def files(self, partition: int, *, refresh: bool = False) -> list[TierFile]:
+        """Live data files of ``partition`` ordered by first offset."""
+        try:
+            dt = self.table(refresh=refresh)
+        except TableNotFoundError:
+            return []
+        if self._files is None or self._files_version != dt.version():
+            self._files = self._load_files(dt)
+            self._files_version = dt.version()
+        return self._files.get(partition, [])
+
+    def _load_files(self, dt: DeltaTable) -> dict[int, list[TierFile]]:
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        by_partition: dict[int, list[TierFile]] = {}
+        if actions.num_rows == 0:
+            return by_partition
+        min_ts = actions.column("min.timestamp").cast(pa.int64()).to_pylist()
+        max_ts = actions.column("max.timestamp").cast(pa.int64()).to_pylist()
+        for i, row in enumerate(actions.select([
+            "path", "size_bytes", "num_records", "min.offset", "max.offset",
+            f"partition.{PARTITION_COLUMN}",
+        ]).to_pylist()):
+            by_partition.setdefault(int(row[f"partition.{PARTITION_COLUMN}"]), []).append(
+                TierFile(
+                    f"{self.uri}/{row['path']}", int(row["size_bytes"]),
+                    int(row["num_records"]), int(row["min.offset"]), int(row["max.offset"]),
+                    (min_ts[i] or 0) // 1000, (max_ts[i] or 0) // 1000,
+                )
+            )
+        for files in by_partition.values():
+            files.sort(key=lambda f: f.min_offset)
+        return by_partition
+
+    def start_offset(self, partition: int) -> int | None:
+        """The first offset the tier holds for ``partition`` (None when it holds none)."""
+        files = self.files(partition)
+        return files[0].min_offset if files else None
+
+    # ------------------------------------------------------------------ writing
+    def write_file(self, partition: int, rows: pa.Table) -> PendingFile:
+        """Write ``rows`` (FILE_SCHEMA, ordered by offset, whole batches) as one Parquet file
+        under the partition's directory; row groups are cut at batch boundaries."""
+        if rows.num_rows == 0:
+            raise ValueError("no rows to tier")
+        rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+        offsets = rows.column("offset")
+        first, last = offsets[0].as_py(), offsets[-1].as_py()
+        relative = (f"{PARTITION_COLUMN}={partition}/"
+                    f"{first:020d}-{last:020d}-{uuid.uuid4().hex}.parquet")
+        fs = self.storage.pyarrow_filesystem()
+        uri = f"{self.uri}/{relative}"
+        path = self.storage.path_in_fs(uri)
+        self.storage.make_parent_dirs(uri)
+        with fs.open_output_stream(path) as sink, pq.ParquetWriter(
+            sink, FILE_SCHEMA, compression="zstd", write_statistics=True,
+        ) as writer:
+            for start, stop in _row_groups(rows.column("batch_offset")):
+                writer.write_table(rows.slice(start, stop - start), row_group_size=stop - start)
+        size = fs.get_file_info(path).size
+        timestamps = rows.column("timestamp").cast(pa.int64())
+        ts_min, ts_max = pc.min(timestamps).as_py(), pc.max(timestamps).as_py()
+        batch_offsets = rows.column("batch_offset")
+        stats = {
+            "numRecords": rows.num_rows,
+            "minValues": {"offset": first, "timestamp": _iso(ts_min),
+                          "batch_offset": batch_offsets[0].as_py()},
+            "maxValues": {"offset": last, "timestamp": _iso(ts_max),
+                          "batch_offset": batch_offsets[-1].as_py()},
+            "nullCount": {"offset": 0, "timestamp": 0, "batch_offset": 0,
+                          "key": rows.column("key").null_count,
+                          "value": rows.column("value").null_count},
+        }
+        return PendingFile(relative, int(size or 0), rows.num_rows, first, last,
+                           json.dumps(stats))
+
+    def commit(self, partition: int, files: Sequence[PendingFile], last_offset: int,
+               *, expected_end: int | None) -> bool:
+        """Commit ``files`` as the rows of ``partition`` up to ``last_offset``, if the tiered
+        end is still ``expected_end`` (what the caller read before writing them).
+
+        Returns False, committing nothing, when another writer already moved the partition's
+        tiered end (its commit holds these rows). Retries commits that lost a race to writers
+        of other partitions."""
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(f.path, f.size, {PARTITION_COLUMN: str(partition)},
+                      int(time.time() * 1000), True, f.stats)
+            for f in files
+        ]
+        properties = CommitProperties(
+            app_transactions=[Transaction(app_id(self.topic, partition), last_offset)],
+            custom_metadata={"loglake.operation": "tier", "loglake.partition": str(partition),
+                             "loglake.last_offset": str(last_offset)},
+        )
+        for attempt in range(COMMIT_ATTEMPTS):
+            if self.tiered_end(partition, refresh=True) != expected_end:
+                return False
+            try:
+                self.table().create_write_transaction(
+                    actions, "append", TABLE_SCHEMA, partition_by=[PARTITION_COLUMN],
+                    commit_properties=properties,
+                )
+                return True
+            except CommitFailedError as exc:
+                log.info("tier commit of %s-%d lost a race (%s); retrying", self.topic,
+                         partition, exc)
+                time.sleep(min(0.05 * (attempt + 1), 0.5))
+        raise CommitFailedError(
+            f"could not commit tiered rows of {self.topic}-{partition} after "
+            f"{COMMIT_ATTEMPTS} attempts"
+        )
+
+    # ------------------------------------------------------------------ reading
+    def _footer(self, uri: str) -> pq.FileMetaData:
+        meta = self._footers.get(uri)
+        if meta is None:
+            fs = self.storage.pyarrow_filesystem()
+            with fs.open_input_file(self.storage.path_in_fs(uri)) as source:
+                meta = pq.ParquetFile(source).metadata
+            self._footers[uri] = meta
+            if len(self._footers) > _FOOTER_CACHE:
+                self._footers.popitem(last=False)
+        else:
+            self._footers.move_to_end(uri)
+        return meta
+
+    def read_chunk(self, partition: int, offset: int) -> pa.Table | None:
+        """The rows of the first row group holding a batch with an offset >= ``offset``, from
+        that batch on (whole batches); None when the tier holds nothing at or after it."""
+        fs = self.storage.pyarrow_filesystem()
+        for tier_file in self.files(partition):
+            if tier_file.max_offset < offset:
+                continue
+            meta = self._footer(tier_file.uri)
+            offset_column = FILE_SCHEMA.get_field_index("offset")
+            for index in range(meta.num_row_groups):
+                stats = meta.row_group(index).column(offset_column).statistics
+                if stats is not None and stats.has_min_max and stats.max < offset:
+                    continue
+                with fs.open_input_file(self.storage.path_in_fs(tier_file.uri)) as source:
+                    rows = pq.ParquetFile(source).read_row_group(index)
+                mask = pc.greater_equal(rows.column("batch_last_offset"), offset)
+                rows = rows.filter(mask)
+                if rows.num_rows:
+                    return rows
+        return None
+
+    def read_rows(self, partition: int, start: int, end: int | None = None,
+                  *, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """Rows of ``partition`` with ``start <= offset < end``, in offset order."""
+        files = [f.uri for f in self.files(partition)
+                 if f.max_offset >= start and (end is None or f.min_offset < end)]
+        if not files:
+            return
+        dataset = pads.dataset(
+            [self.storage.path_in_fs(uri) for uri in files], schema=FILE_SCHEMA,
+            format="parquet", filesystem=self.storage.pyarrow_filesystem(),
+        )
+        condition = pc.field("offset") >= start
+        if end is not None:
+            condition = condition & (pc.field("offset") < end)
+        yield from dataset.to_batches(columns=list(columns) if columns else None,
+                                      filter=condition)
+
+    def offset_for_timestamp(self, partition: int, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp_ms)`` of the first tiered record with timestamp >=
+        ``timestamp_ms`` (ListOffsets by time below the local log)."""
+        for tier_file in self.files(partition):
+            if tier_file.max_timestamp_ms < timestamp_ms:
+                continue
+            for batch in self.read_rows(partition, tier_file.min_offset,
+                                        tier_file.max_offset + 1,
+                                        columns=["offset", "timestamp"]):
+                ts = batch.column("timestamp").cast(pa.int64())
+                hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp_ms * 1000))
+                if len(hits):
+                    i = hits[0].as_py()
+                    return batch.column("offset")[i].as_py(), ts[i].as_py() // 1000
+        return None
+
+
+def _row_groups(batch_offsets: pa.ChunkedArray) -> Iterator[tuple[int, int]]:
+    """Cut ``[0, n)`` into runs of about ROW_GROUP_ROWS rows at batch boundaries."""
+    values = batch_offsets.to_pylist()
+    n = len(values)
+    start = 0
+    while start < n:
+        stop = min(start + ROW_GROUP_ROWS, n)
+        while stop < n and values[stop] == values[stop - 1]:
+            stop += 1
+        yield start, stop
+        start = stop
