@@ -1,0 +1,249 @@
+"""Tiering to Delta Lake with real brokers: exactly-once tiering (also across crashes and
+failover), local retention, fetches and ListOffsets below the local log served from the table
+(confluent-kafka and kcat), backfill, opt-out, topic deletion, and the same on S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from deltalake import DeltaTable
+
+from loglake.client.admin import Admin
+from loglake.dev.harness import DevCluster
+from loglake.segments.storage import Storage
+from loglake.segments.tiered_table import TieredTable
+from tests.admin_util import create_topic
+from tests.replication_checks import (
+    REPLICATION_OVERRIDES,
+    ProducerLoop,
+    create_replicated_topic,
+    partition_leader,
+)
+from tests.tiering_util import (
+    SMALL_SEGMENTS,
+    as_sent,
+    by_place,
+    consume,
+    produce,
+    table_rows,
+    wait_local_start,
+    wait_tiered,
+)
+
+KCAT = shutil.which("kcat") or shutil.which("kafkacat")
+
+
+def assert_table_matches(storage: str | Storage, topic: str, partition: int,
+                         expected: dict[tuple[int, int], object], *, up_to: int) -> None:
+    """The table holds offsets [0, up_to) of ``partition`` exactly once, each equal to what the
+    log held there."""
+    rows = table_rows(storage, topic, partition)
+    offsets = rows.column("offset").to_pylist()
+    assert offsets[:up_to] == list(range(up_to)), (
+        f"{topic}-{partition}: table offsets not contiguous/unique from 0: "
+        f"{len(offsets)} rows, {len(set(offsets))} distinct, first {offsets[:5]}")
+    for record in as_sent(rows, partition)[:up_to]:
+        assert expected[(partition, record.offset)] == record, (
+            f"{topic}-{partition}@{record.offset}: table row differs from the log")
+
+
+def test_sealed_segments_are_tiered_once_and_match_the_log(cluster, topic_name):
+    create_topic(cluster.bootstrap_servers, topic_name, partitions=2, config=SMALL_SEGMENTS)
+    sent = produce(cluster.bootstrap_servers, topic_name, 3000)
+    ends = wait_tiered(cluster.storage_url, topic_name, (0, 1), at_least=500)
+    expected = by_place(sent)
+    for partition, end in ends.items():
+        assert_table_matches(cluster.storage_url, topic_name, partition, expected, up_to=end)
+    # a plain Delta table: deltalake reads it without loglake
+    storage = Storage.from_url(cluster.storage_url)
+    uri = storage.table_uri(topic_name)
+    snapshot = DeltaTable(uri)
+    plain = snapshot.to_pyarrow_table(filesystem=storage.pyarrow_filesystem(uri))
+    versions = [snapshot.transaction_version(f"{topic_name}-{p}") for p in (0, 1)]
+    assert plain.num_rows == sum(v + 1 for v in versions if v is not None)
+    assert set(plain.column("partition").to_pylist()) == {0, 1}
+
+
+def test_consumers_read_tiered_history_byte_identical(cluster, topic_name):
+    """Local retention deletes tiered segments; a consumer from offset 0 gets every record
+    back (keys, values, headers, timestamps), whatever codec the producers used."""
+    create_topic(cluster.bootstrap_servers, topic_name, partitions=2,
+                 config={**SMALL_SEGMENTS, "local.retention.ms": "0"})
+    sent: list = []
+    for i, codec in enumerate(("none", "gzip", "snappy", "lz4", "zstd")):
+        sent += produce(cluster.bootstrap_servers, topic_name, 700, start=i * 700,
+                        config={"compression.type": codec})
+    starts = wait_local_start(cluster.zookeeper_connect, topic_name, (0, 1), above=500)
+    low, _high = _watermarks(cluster.bootstrap_servers, topic_name, 0)
+    assert low == 0, "earliest offset must be the table's first offset, not the local start"
+    got = consume(cluster.bootstrap_servers, topic_name, (0, 1), expected=len(sent))
+    assert sorted(got, key=lambda r: (r.partition, r.offset)) == sorted(
+        sent, key=lambda r: (r.partition, r.offset))
+    assert all(starts[p] > 0 for p in (0, 1))
+
+    # kcat (librdkafka's CLI) from the beginning of partition 0: same records
+    assert KCAT is not None
+    out = subprocess.run(
+        [KCAT, "-b", cluster.bootstrap_servers, "-C", "-t", topic_name, "-p", "0", "-o",
+         "beginning", "-e", "-J", "-D", "\n"], capture_output=True, text=True, timeout=120,
+        check=True).stdout
+    records = [json.loads(line) for line in out.splitlines() if line.strip()]
+    expected = {r.offset: r for r in sent if r.partition == 0}
+    assert [r["offset"] for r in records] == sorted(expected)
+    for record in records[:starts[0] + 50]:
+        want = expected[record["offset"]]
+        assert record["ts"] == want.timestamp
+        assert (record["key"] is None) == (want.key is None)
+        if want.key is not None:
+            assert record["key"] == want.key.decode()
+
+
+def test_list_offsets_by_time_reaches_into_the_table(cluster, topic_name):
+    create_topic(cluster.bootstrap_servers, topic_name, config={
+        **SMALL_SEGMENTS, "local.retention.ms": "0"})
+    sent = produce(cluster.bootstrap_servers, topic_name, 2000)
+    wait_local_start(cluster.zookeeper_connect, topic_name, (0,), above=300)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "t"})
+    try:
+        target = sent[120]
+        found = consumer.offsets_for_times(
+            [TopicPartition(topic_name, 0, target.timestamp)], timeout=15)
+        assert found[0].offset == target.offset
+    finally:
+        consumer.close()
+
+
+def test_backfill_when_tiering_is_enabled_later(cluster, topic_name):
+    create_topic(cluster.bootstrap_servers, topic_name,
+                 config={**SMALL_SEGMENTS, "remote.storage.enable": "false"})
+    sent = produce(cluster.bootstrap_servers, topic_name, 1500)
+    time.sleep(2)
+    table = TieredTable(Storage.from_url(cluster.storage_url), topic_name)
+    assert not table.exists(), "a topic with remote.storage.enable=false must not be tiered"
+    with Admin(cluster.bootstrap_servers) as admin:
+        admin.alter_config(topic_name, set={"remote.storage.enable": "true"})
+    ends = wait_tiered(cluster.storage_url, topic_name, (0,), at_least=500)
+    assert_table_matches(cluster.storage_url, topic_name, 0, by_place(sent), up_to=ends[0])
+
+
+def test_local_retention_without_tiering_follows_retention_bytes(cluster, topic_name):
+    create_topic(cluster.bootstrap_servers, topic_name, config={
+        **SMALL_SEGMENTS, "remote.storage.enable": "false", "retention.bytes": "100000"})
+    produce(cluster.bootstrap_servers, topic_name, 4000)
+    deadline = time.monotonic() + 30
+    low = 0
+    while low == 0 and time.monotonic() < deadline:
+        low, high = _watermarks(cluster.bootstrap_servers, topic_name, 0)
+        time.sleep(0.3)
+    assert low > 0 and high == 4000
+
+
+def test_deleting_a_topic_deletes_its_table(cluster, topic_name):
+    create_topic(cluster.bootstrap_servers, topic_name, config=SMALL_SEGMENTS)
+    produce(cluster.bootstrap_servers, topic_name, 1000)
+    wait_tiered(cluster.storage_url, topic_name, (0,), at_least=100)
+    with Admin(cluster.bootstrap_servers) as admin:
+        admin.delete_topic(topic_name)
+    table_dir = Path(Storage.from_url(cluster.storage_url).table_uri(topic_name))
+    deadline = time.monotonic() + 15
+    while table_dir.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not table_dir.exists()
+
+
+@pytest.mark.parametrize("point", ["tier-after-write", "tier-after-commit"])
+def test_tiering_is_exactly_once_across_a_crash(tmp_path, monkeypatch, point):
+    """SIGKILL the broker between Parquet write and Delta commit, and between the commit and
+    its bookkeeping: after a restart the table holds every sealed record exactly once."""
+    topic = "crashy"
+    monkeypatch.setenv("LOGLAKE_CRASH_AT", point)
+    with DevCluster(tmp_path / "c", brokers=1) as dev:
+        # produce with tiering off (every record acknowledged), then switch it on: the broker
+        # dies at the crash point on its first tiering attempt
+        create_topic(dev.bootstrap_servers, topic, partitions=1,
+                     config={**SMALL_SEGMENTS, "remote.storage.enable": "false"})
+        sent = produce(dev.bootstrap_servers, topic, 1500)  # rolls a few segments
+        with Admin(dev.bootstrap_servers) as admin:
+            admin.alter_config(topic, set={"remote.storage.enable": "true"})
+        deadline = time.monotonic() + 30
+        while _broker_alive(dev) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _broker_alive(dev), f"the broker did not crash at {point}"
+        storage = Storage.from_url(dev.storage_url)
+        table_dir = Path(storage.table_uri(topic))
+        files_on_disk = list(table_dir.rglob("*.parquet"))
+        assert files_on_disk, "the crash came after a Parquet file was written"
+        monkeypatch.delenv("LOGLAKE_CRASH_AT")
+        dev.start_broker(1)
+        sent += produce(dev.bootstrap_servers, topic, 1500, start=1500)
+        ends = wait_tiered(storage, topic, (0,), at_least=1000)
+        log = by_place(consume(dev.bootstrap_servers, topic, (0,), expected=len(sent)))
+        assert len(log) == len(sent)
+        assert_table_matches(storage, topic, 0, log, up_to=ends[0])
+        live = {Path(f.uri).name for f in TieredTable(storage, topic).files(0)}
+        orphans = [f for f in files_on_disk if f.name not in live]
+        if point == "tier-after-write":
+            assert orphans, "the uncommitted file of the crashed attempt stays unreferenced"
+
+
+@pytest.mark.slow
+def test_tiering_survives_leader_failover(tmp_path):
+    """3 brokers, RF 3: kill the leader while it tiers; the new leader continues from the
+    table's app-transaction version; every sealed record is in the table exactly once."""
+    topic = "failover"
+    with DevCluster(tmp_path / "c", brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev:
+        create_replicated_topic(dev.bootstrap_servers, topic, partitions=1,
+                                config=SMALL_SEGMENTS)
+        with ProducerLoop(dev.bootstrap_servers, topic, partitions=1, rate=1500,
+                          max_seconds=90, config={"batch.size": 16000}) as loop:
+            loop.wait_acked(2000, timeout=60)
+            wait_tiered(dev.storage_url, topic, (0,), at_least=200)
+            leader = partition_leader(dev.bootstrap_servers, topic, 0)
+            dev.kill_broker(leader)
+            loop.wait_progress(2000, timeout=90)
+            dev.start_broker(leader)
+            loop.wait_progress(1000, timeout=60)
+        acked = loop.acked
+        ends = wait_tiered(dev.storage_url, topic, (0,), at_least=len(acked) // 2, timeout=60)
+        log = by_place(consume(dev.bootstrap_servers, topic, (0,), expected=len(acked)))
+        assert {value for value, _place in acked.items()} <= {r.value for r in log.values()}
+        assert_table_matches(dev.storage_url, topic, 0, log, up_to=ends[0])
+
+
+def test_tiering_and_tier_reads_on_s3(tmp_path, monkeypatch, s3_server):
+    """The same tiering and read path against an S3 endpoint on loopback."""
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    url = s3_server.url(f"lake-{os.getpid()}-{time.monotonic_ns()}")
+    topic = "s3topic"
+    with DevCluster(tmp_path / "c", brokers=1, storage=url) as dev:
+        create_topic(dev.bootstrap_servers, topic, partitions=1,
+                     config={**SMALL_SEGMENTS, "local.retention.ms": "0"})
+        sent = produce(dev.bootstrap_servers, topic, 1500)
+        storage = Storage.from_url(url)
+        ends = wait_tiered(storage, topic, (0,), at_least=500)
+        wait_local_start(dev.zookeeper_connect, topic, (0,), above=300)
+        got = consume(dev.bootstrap_servers, topic, (0,), expected=len(sent))
+        assert sorted(got, key=lambda r: r.offset) == sorted(sent, key=lambda r: r.offset)
+        assert_table_matches(storage, topic, 0, by_place(sent), up_to=ends[0])
+
+
+def _broker_alive(dev: DevCluster) -> bool:
+    return any(s.alive for s in dev.status() if s.role == "broker" and s.id == 1)
+
+
+def _watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15,
+                                                   cached=False)
+        return int(low), int(high)
+    finally:
+        consumer.close()
