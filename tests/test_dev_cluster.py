@@ -49,7 +49,8 @@ def test_broker_properties_contract(tmp_path: Path) -> None:
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     assert lines == ["broker.id=2", "listeners=PLAINTEXT://x:1",
                      f"log.dirs={tmp_path}/broker-2/data",
-                     "zookeeper.connect=127.0.0.1:10092/loglake", "num.partitions=3"]
+                     "zookeeper.connect=127.0.0.1:10092/loglake",
+                     f"remote.log.storage.url={tmp_path}/lake", "num.partitions=3"]
 
 
 def test_cluster_info_output_lines(tmp_path: Path) -> None:

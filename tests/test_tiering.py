@@ -247,3 +247,23 @@ def _watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
         return int(low), int(high)
     finally:
         consumer.close()
+
+
+def test_tiering_status_cli_reports_lag(cluster, topic_name, capsys):
+    from loglake.cli import main
+
+    create_topic(cluster.bootstrap_servers, topic_name, config=SMALL_SEGMENTS)
+    produce(cluster.bootstrap_servers, topic_name, 1500)
+    wait_tiered(cluster.storage_url, topic_name, (0,), at_least=500)
+    deadline = time.monotonic() + 15
+    out = ""
+    while "TieredEnd: " not in out and time.monotonic() < deadline:
+        assert main(["tiering", "status", topic_name,
+                     "--zookeeper", cluster.zookeeper_connect]) == 0
+        out = capsys.readouterr().out
+        time.sleep(0.5)
+    assert f"Storage: {cluster.storage_url}" in out
+    assert "Partition: 0\tLeader: 1\tTierStart: 0\tTieredEnd: " in out
+    assert "LagOffsets: 0" in out
+    assert main(["tiering", "status", "no-such-topic",
+                 "--zookeeper", cluster.zookeeper_connect]) == 1

@@ -122,6 +122,7 @@ class Broker:
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
+        self.tierer.close()
         for partition in self.partitions.values():
             try:
                 partition.close()

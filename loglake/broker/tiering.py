@@ -26,7 +26,8 @@ Tier reads: consumer fetches below the local log start are answered from the tab
 group, re-encoded to the original batches, cached per partition), and the earliest offset a
 consumer sees is the table's first offset.
 
-Thread-safety: the Tierer lives on the broker's event loop; Delta/Parquet work runs in worker
+Thread-safety: the Tierer lives on the broker's event loop; decoding a segment and writing its
+Parquet file run in one spawned worker process (off the broker's GIL); Delta work runs in worker
 threads, each TieredTable guarded by its own lock (one thread at a time per table object). The
 writer and the reader of a topic use separate TieredTable objects.
 """
@@ -34,13 +35,14 @@ writer and the reader of a topic use separate TieredTable objects.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -50,8 +52,8 @@ from loglake.broker.partition import Partition, Role
 from loglake.segments.log import SegmentInfo
 from loglake.segments.retention import deletable_prefix, local_limits
 from loglake.segments.storage import Storage
-from loglake.segments.tier_rows import batches_to_rows, rows_to_batches
-from loglake.segments.tiered_table import TieredTable
+from loglake.segments.tier_rows import rows_to_batches
+from loglake.segments.tiered_table import TieredTable, write_segment_file
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
@@ -111,12 +113,6 @@ class _Guarded:
         return await asyncio.to_thread(locked)
 
 
-def _segment_rows(path: Path, start: int, end: int) -> pa.Table:
-    """Rows of the records in ``[start, end)`` of a sealed segment file (CRC-checked)."""
-    data = path.read_bytes()
-    return batches_to_rows(data, start_offset=start, end_offset=end)
-
-
 class Tierer:
     """Tiering, local retention and tier reads of one broker (see the module docstring)."""
 
@@ -134,11 +130,25 @@ class Tierer:
         self._starts: dict[Key, int | None] = {}  # tier start per partition, last seen
         self._wake: asyncio.Event | None = None
         self._last_retention = 0.0
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
 
     # ------------------------------------------------------------------ helpers
     def tiered(self, topic: str) -> bool:
         config = self.broker.topic_configs.get(topic)
         return self.storage is not None and config is not None and config.remote_storage_enable
+
+    def _worker(self) -> concurrent.futures.ProcessPoolExecutor:
+        """The process that decodes segments and writes Parquet, off the broker's GIL (decoding
+        is pure-Python CPU work; in a thread it would stall request handling)."""
+        if self._pool is None:
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def _writer(self, topic: str) -> _Guarded:
         assert self.storage is not None
@@ -233,17 +243,19 @@ class Tierer:
         progress = await self._load_progress(partition)
         writer = self._writer(partition.topic)
         await writer.call(writer.table.ensure_created)
+        storage = self.storage
+        assert storage is not None
         while partition.role is Role.LEADER and not self.broker.stopping:
             begin = max(progress.tiered_end or 0, partition.log_start_offset)
             segment = _next_sealed(partition, begin)
             if segment is None:
                 break
-            rows = await asyncio.to_thread(_segment_rows, segment.log_path, begin,
-                                           segment.next_offset)
+            pending = await asyncio.get_running_loop().run_in_executor(
+                self._worker(), write_segment_file, storage, partition.topic,
+                partition.index, segment.log_path, begin, segment.next_offset)
             last_offset = segment.next_offset - 1
-            if rows.num_rows == 0:
+            if pending is None:
                 break  # nothing decodable to tier (should not happen for a sealed segment)
-            pending = await writer.call(writer.table.write_file, partition.index, rows)
             crash_point("tier-after-write")
             if (partition.role is not Role.LEADER
                     or partition.leader_epoch != progress.leader_epoch):
@@ -254,10 +266,10 @@ class Tierer:
             if committed:
                 progress.tiered_end = last_offset + 1
                 if progress.tier_start is None:
-                    progress.tier_start = rows.column("offset")[0].as_py()
+                    progress.tier_start = pending.first_offset
                     self._starts[key] = progress.tier_start
                 log.info("%s: tiered offsets [%d, %d] (%d records)", partition.name, begin,
-                         last_offset, rows.num_rows)
+                         last_offset, pending.num_records)
             else:
                 progress.tiered_end = await writer.call(writer.table.tiered_end, partition.index)
                 log.info("%s: another writer tiered up to %s", partition.name,

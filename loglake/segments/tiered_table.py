@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -49,7 +50,12 @@ if TYPE_CHECKING:
     from deltalake._internal import RemoveAction
 
 from loglake.segments.storage import Storage
-from loglake.segments.tier_rows import FILE_SCHEMA, PARTITION_COLUMN, TABLE_SCHEMA
+from loglake.segments.tier_rows import (
+    FILE_SCHEMA,
+    PARTITION_COLUMN,
+    TABLE_SCHEMA,
+    batches_to_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +330,17 @@ class TieredTable:
                     i = hits[0].as_py()
                     return batch.column("offset")[i].as_py(), ts[i].as_py() // 1000
         return None
+
+
+def write_segment_file(storage: Storage, topic: str, partition: int, path: Path, start: int,
+                       end: int) -> PendingFile | None:
+    """Decode the records in ``[start, end)`` of a sealed segment file (CRC-checked) and write
+    them as one uncommitted Parquet file of the topic's table; None if there are none. (The
+    brokers run this in a worker process.)"""
+    rows = batches_to_rows(path.read_bytes(), start_offset=start, end_offset=end)
+    if rows.num_rows == 0:
+        return None
+    return TieredTable(storage, topic).write_file(partition, rows)
 
 
 def _row_groups(batch_offsets: pa.ChunkedArray) -> Iterator[tuple[int, int]]:

@@ -1,0 +1,72 @@
+"""``loglake tiering status [TOPIC] --zookeeper HOST:PORT[/chroot]``: tiering lag per partition.
+
+Reads what partition leaders publish in ZooKeeper (``/loglake/tiering/<topic>/<p>``, see
+catalog/zookeeper.py): the table's first offset and tiered end, the local log start, the high
+watermark, and the lag: sealed offsets not yet in the Delta table and the age in seconds of the
+oldest such segment. One line per partition, like ``kafka-topics --describe``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from loglake.catalog.zookeeper import ClusterCatalog
+from loglake.errors import LoglakeError, UnknownTopicError
+
+DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tiering = subparsers.add_parser("tiering", help="tiered storage status of topics")
+    commands = tiering.add_subparsers(dest="tiering_command", required=True)
+    status = commands.add_parser("status", help="tiering lag per partition")
+    status.add_argument("topic", nargs="?", help="one topic (default: all)")
+    status.add_argument("--zookeeper", default=DEFAULT_ZOOKEEPER, metavar="HOST:PORT[/CHROOT]",
+                        help=f"the cluster's ZooKeeper (default {DEFAULT_ZOOKEEPER})")
+    status.set_defaults(handler=tiering_status)
+
+
+def tiering_status(args: argparse.Namespace) -> int:
+    catalog = ClusterCatalog(args.zookeeper, timeout=10.0)
+    try:
+        catalog.start()
+    except Exception as exc:
+        raise LoglakeError(f"cannot reach ZooKeeper at {args.zookeeper}: {exc}") from None
+    try:
+        storage = catalog.storage()
+        names = [args.topic] if args.topic else sorted(catalog.topic_names())
+        if args.topic and catalog.topic(args.topic) is None:
+            raise UnknownTopicError(f"Topic '{args.topic}' does not exist.")
+        print(f"Storage: {storage[0] if storage else 'none (no broker tiers)'}")
+        for name in names:
+            meta = catalog.topic(name)
+            if meta is None:
+                continue
+            status = catalog.tiering_status(name)
+            for partition in sorted(meta.assignment):
+                print(status_line(name, partition, status.get(partition)))
+    finally:
+        catalog.stop()
+    return 0
+
+
+def status_line(topic: str, partition: int, status: dict[str, Any] | None) -> str:
+    """One partition's line of ``tiering status``."""
+    if status is None:
+        return f"Topic: {topic}\tPartition: {partition}\tnot tiered yet"
+
+    def show(key: str) -> str:
+        value = status.get(key)
+        return "-" if value is None else str(value)
+
+    age = ""
+    if status.get("updated_ms"):
+        age = f"\tReported: {max(0.0, time.time() - status['updated_ms'] / 1000):.0f}s ago"
+    return (
+        f"Topic: {topic}\tPartition: {partition}\tLeader: {show('leader')}\t"
+        f"TierStart: {show('tier_start')}\tTieredEnd: {show('tiered_end')}\t"
+        f"LocalStart: {show('local_start')}\tHighWatermark: {show('high_watermark')}\t"
+        f"LagOffsets: {show('lag_offsets')}\tLagSeconds: {show('lag_seconds')}{age}"
+    )
