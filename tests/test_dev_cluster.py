@@ -160,6 +160,9 @@ def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]
         for client in kazoo:
             client.stop()
     assert not (data / cluster.STATE_FILE).exists()
+    deadline = time.monotonic() + 5  # an exited process may wait a moment for its reaper
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert all(not Path(f"/proc/{pid}").exists() for pid in pids)
 
     # the data survives down/up
