@@ -12,13 +12,13 @@ from loglake.errors import LoglakeError
 def build_parser() -> argparse.ArgumentParser:
     from loglake import demo
     from loglake.broker import main as broker_main
-    from loglake.catalog import tiering_cli
+    from loglake.catalog import sql_cli, tiering_cli
     from loglake.client import cli as client_cli
     from loglake.dev import cli as dev_cli
 
     parser = argparse.ArgumentParser(prog="loglake", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (demo, dev_cli, client_cli, tiering_cli, broker_main):
+    for module in (demo, dev_cli, client_cli, tiering_cli, sql_cli, broker_main):
         module.register(commands)
     return parser
 

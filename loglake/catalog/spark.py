@@ -1,0 +1,204 @@
+"""Topics as Spark SQL tables: one temporary view per topic, tier + hot tail, each record once.
+
+>>> from loglake.catalog.spark import register_topics                   # doctest: +SKIP
+>>> register_topics(spark, zookeeper="localhost:2181/loglake")
+['clicks', 'orders.v1']
+>>> spark.sql("SELECT partition, count(*) FROM `orders.v1` GROUP BY partition").show()
+
+View names are the topic names. Kafka topic names may contain ``.`` and ``-``, which SQL reads as
+a qualifier and a minus sign: quote them with backticks (``SELECT * FROM `orders.v1```),
+:func:`quote_identifier` does it. Rows have Spark's Kafka source schema (key, value, topic,
+partition, offset, timestamp, timestampType and, by default here, headers).
+
+How a view is built (:func:`topic_frame`), from ONE snapshot of the topic's Delta table taken at
+registration (version V):
+
+1. tiered rows: Spark reads the snapshot's Parquet files natively
+   (``spark.read.parquet(*files)`` with ``basePath`` = the table, so ``partition`` comes from the
+   ``partition=<p>`` directories), keeps ``offset < tiered_end(p)`` of V and drops transaction
+   markers (``is_control``). Spark prunes partitions by path and offsets/timestamps by Parquet
+   statistics. Used when Spark can read the storage (local files); for other schemes (s3://
+   without hadoop-aws on the classpath) the Python data source reads those files with pyarrow.
+2. hot tail: ``format("loglake")`` with ``startingOffsets`` = each partition's tiered end of V
+   (earliest where nothing is tiered) and ``endingOffsets=latest``; ``latest`` (the high
+   watermark) is resolved again by every query, so a view keeps showing new records. Filters on
+   topic / partition / offset prune its ranges (the reader's ``pushFilters``).
+
+Both sides are split at the same tiered end of the same version, so tiering that runs meanwhile
+cannot make a record appear twice or not at all (records tiered after V are read by side 2,
+from the table or the brokers). Views keep V's file list: re-register after retention or
+compaction jobs removed files (the CLI registers per query).
+
+The Delta tables themselves are untouched (read-only): deltalake, Spark+Delta or any other Delta
+reader still reads them directly.
+
+Driver-side only; not thread-safe (uses one ZooKeeper session and one admin client per call).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import reduce
+from typing import TYPE_CHECKING, Literal
+
+from loglake.errors import UnknownTopicError
+from loglake.streaming.offsets import ClusterView, TierSnapshot
+from loglake.streaming.options import EARLIEST, Subscription
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from loglake.segments.storage import Storage
+
+TierRead = Literal["auto", "spark", "python"]
+"""How views read tiered rows: ``spark`` natively (Parquet), ``python`` through the loglake data
+source (pyarrow), ``auto``: ``spark`` for local storage, else ``python``."""
+
+
+def quote_identifier(name: str) -> str:
+    """``name`` as a SQL identifier: in backticks, inner backticks doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def register_topics(
+    spark: SparkSession,
+    *,
+    zookeeper: str,
+    topics: Sequence[str] | None = None,
+    bootstrap_servers: str | None = None,
+    include_headers: bool = True,
+    tier_read: TierRead = "auto",
+    storage_options: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Create or replace a temporary view per topic (all topics, or ``topics``) named after the
+    topic; return the names registered. Raises :class:`UnknownTopicError` for a named topic
+    that does not exist. ``storage_options`` (delta-rs names, e.g. credentials) are added to
+    the storage options the brokers published, which never hold secrets."""
+    from loglake.streaming import register
+
+    register(spark)
+    view = _cluster_view(zookeeper, bootstrap_servers, storage_options)
+    try:
+        catalog = view.catalog()
+        assert catalog is not None
+        existing = catalog.topic_names()
+        names = list(existing if topics is None else dict.fromkeys(topics))
+        missing = [t for t in names if t not in existing]
+        if missing:
+            raise UnknownTopicError(f"no such topic: {', '.join(missing)}",
+                                    hint="list topics with 'loglake topics list'")
+        for name in names:
+            frame = _topic_frame(spark, view, name, zookeeper=zookeeper,
+                                 bootstrap_servers=bootstrap_servers,
+                                 include_headers=include_headers, tier_read=tier_read)
+            frame.createOrReplaceTempView(quote_identifier(name))
+        return names
+    finally:
+        view.close()
+
+
+def topic_frame(
+    spark: SparkSession,
+    topic: str,
+    *,
+    zookeeper: str,
+    bootstrap_servers: str | None = None,
+    include_headers: bool = True,
+    tier_read: TierRead = "auto",
+    storage_options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """The DataFrame behind ``topic``'s view (see the module docstring)."""
+    from loglake.streaming import register
+
+    register(spark)
+    view = _cluster_view(zookeeper, bootstrap_servers, storage_options)
+    try:
+        return _topic_frame(spark, view, topic, zookeeper=zookeeper,
+                            bootstrap_servers=bootstrap_servers,
+                            include_headers=include_headers, tier_read=tier_read)
+    finally:
+        view.close()
+
+
+def _cluster_view(zookeeper: str, bootstrap_servers: str | None,
+                  storage_options: Mapping[str, str] | None) -> ClusterView:
+    return ClusterView.for_cluster(zookeeper=zookeeper, bootstrap_servers=bootstrap_servers,
+                                   storage_options=storage_options)
+
+
+def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeeper: str,
+                 bootstrap_servers: str | None, include_headers: bool,
+                 tier_read: TierRead) -> DataFrame:
+    partitions = [p for _, p in view.topic_partitions(Subscription("subscribe", (topic,)))]
+    if not partitions:
+        raise UnknownTopicError(f"topic {topic!r} does not exist (no partitions)")
+    storage = view.storage()
+    native = storage is not None and (
+        tier_read == "spark" or (tier_read == "auto" and storage.is_local))
+    snapshot = view.tier_snapshot(topic, partitions) if native else None
+    source = (spark.read.format("loglake").option("zookeeper", zookeeper)
+              .option("includeHeaders", str(include_headers).lower())
+              .option("assign", json.dumps({topic: partitions}))
+              .option("endingOffsets", "latest"))
+    if bootstrap_servers:
+        source = source.option("kafka.bootstrap.servers", bootstrap_servers)
+    for key, value in view.options.storage_options.items():
+        source = source.option(f"tier.{key}", value)
+    if snapshot is None or not any(snapshot.files.get(p) for p in snapshot.ends):
+        return source.option("startingOffsets", "earliest").load()
+    assert storage is not None
+    starts = {str(p): snapshot.ends.get(p, EARLIEST) for p in partitions}
+    hot = source.option("startingOffsets", json.dumps({topic: starts})).load()
+    tier = _tier_frame(spark, storage, snapshot, include_headers)
+    return tier.unionByName(hot)
+
+
+def _spark_uri(storage: Storage, uri: str) -> str:
+    """A URI Spark's Hadoop filesystem layer reads (local paths get ``file://``)."""
+    return "file://" + uri if storage.is_local and uri.startswith("/") else uri
+
+
+def _tier_frame(spark: SparkSession, storage: Storage, snapshot: TierSnapshot,
+                include_headers: bool) -> DataFrame:
+    """Tiered rows of ``snapshot`` read natively by Spark, in the Kafka source schema."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
+        BinaryType,
+        BooleanType,
+        IntegerType,
+        LongType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from loglake.streaming.schema import HEADERS_TYPE
+
+    parquet_schema = StructType([
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestamp_type", IntegerType()),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("headers", HEADERS_TYPE),
+        StructField("is_control", BooleanType()),
+        StructField("partition", IntegerType()),
+    ])
+    files = [_spark_uri(storage, f.uri) for p in sorted(snapshot.ends)
+             for f in snapshot.files.get(p, ())]
+    rows = (spark.read.schema(parquet_schema)
+            .option("basePath", _spark_uri(storage, snapshot.uri))
+            .parquet(*files))
+    bounds: list[Column] = [(F.col("partition") == p) & (F.col("offset") < end)
+                            for p, end in sorted(snapshot.ends.items())]
+    rows = rows.where(~F.col("is_control") & reduce(lambda a, b: a | b, bounds))
+    columns = [
+        F.col("key"), F.col("value"), F.lit(snapshot.topic).alias("topic"),
+        F.col("partition"), F.col("offset"), F.col("timestamp"),
+        F.col("timestamp_type").alias("timestampType"),
+    ]
+    if include_headers:
+        columns.append(F.when(F.size("headers") > 0, F.col("headers")).alias("headers"))
+    return rows.select(*columns)
+

@@ -1,0 +1,221 @@
+"""Writing rows to topics: ``df.write.format("loglake")`` and ``writeStream.format("loglake")``.
+
+Input columns, as Spark's Kafka sink takes them (other columns are ignored):
+
+==============  ===========================================================================
+``value``       required; string (UTF-8) or binary; null writes a tombstone
+``key``         optional; string or binary
+``topic``       string; required unless the ``topic`` option is set (the option wins)
+``partition``   optional int; null or absent: the partitioner chooses (murmur2 of the key,
+                as Kafka's Java client)
+``headers``     optional ``array<struct<key: string, value: binary>>``
+==============  ===========================================================================
+
+Each task produces its rows with one idempotent ``acks=all`` producer (loglake.client.Producer)
+and flushes before it returns its commit message, so a task that succeeded has every row
+acknowledged by the in-sync replicas. A task that fails raises the first delivery error; Spark
+retries the task, which may write some rows twice: like Spark's Kafka sink this is
+at-least-once (idempotence only removes duplicates from the producer's own retries).
+
+Save modes: ``append``. (Spark offers Python data sources only append and overwrite, so the
+default ``errorifexists`` is refused by Spark itself; overwrite is refused here: a log cannot be
+overwritten.)
+
+The writers are pickled to executors: they hold only options, the bootstrap string and the
+column layout. Not thread-safe (Spark calls ``write`` once per task).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from loglake.errors import UnknownTopicError
+from loglake.streaming.errors import SourceOptionError
+from loglake.streaming.offsets import ClusterView
+from loglake.streaming.options import SourceOptions
+
+FLUSH_TIMEOUT_S = 120.0
+
+
+@dataclass
+class WrittenRows(WriterCommitMessage):
+    """Commit message of one task: how many rows it produced."""
+
+    rows: int
+
+
+@dataclass(frozen=True)
+class SinkLayout:
+    """Which input columns exist (validated against the rules in the module docstring)."""
+
+    has_key: bool
+    has_topic: bool
+    has_partition: bool
+    has_headers: bool
+
+
+def _is_headers(data_type: DataType) -> bool:
+    if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+        return False
+    fields = {f.name: f.dataType for f in data_type.elementType.fields}
+    return set(fields) == {"key", "value"} and isinstance(fields["key"], StringType) and (
+        isinstance(fields["value"], BinaryType | StringType))
+
+
+def sink_layout(options: SourceOptions, schema: StructType) -> SinkLayout:
+    """Check ``schema`` against the sink's column rules; raise :class:`SourceOptionError`."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    text_or_bytes = (StringType, BinaryType)
+    if "value" not in fields:
+        raise SourceOptionError("writing to loglake needs a 'value' column (string or binary)")
+    if not isinstance(fields["value"], text_or_bytes):
+        raise SourceOptionError(f"column 'value' must be string or binary, "
+                                f"got {fields['value'].simpleString()}")
+    if "key" in fields and not isinstance(fields["key"], text_or_bytes):
+        raise SourceOptionError(f"column 'key' must be string or binary, "
+                                f"got {fields['key'].simpleString()}")
+    if options.sink_topic is None:
+        if "topic" not in fields:
+            raise SourceOptionError(
+                "writing to loglake needs a 'topic' column or the 'topic' option")
+        if not isinstance(fields["topic"], StringType):
+            raise SourceOptionError(f"column 'topic' must be string, "
+                                    f"got {fields['topic'].simpleString()}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise SourceOptionError(f"column 'partition' must be int, "
+                                f"got {fields['partition'].simpleString()}")
+    if "headers" in fields and not _is_headers(fields["headers"]):
+        raise SourceOptionError(f"column 'headers' must be array<struct<key: string, "
+                                f"value: binary>>, got {fields['headers'].simpleString()}")
+    return SinkLayout("key" in fields, "topic" in fields, "partition" in fields,
+                      "headers" in fields)
+
+
+def produce(batches: Iterator[pa.RecordBatch], *, bootstrap: str, options: SourceOptions,
+            layout: SinkLayout) -> int:
+    """Produce every row of ``batches``, flush, and return the row count; raise the first
+    delivery error (:class:`~loglake.errors.LoglakeError`)."""
+    from loglake.client.errors import ClientError
+    from loglake.client.producer import Producer
+    from loglake.errors import LoglakeError
+
+    failures: list[LoglakeError] = []
+
+    def on_delivery(_metadata: object, error: LoglakeError | None) -> None:
+        if error is not None and not failures:
+            failures.append(error)
+
+    producer = Producer(bootstrap, acks="all", idempotence=True, client_id="loglake-spark",
+                        extra=dict(options.kafka))
+    rows = 0
+    for batch in batches:
+        columns: dict[str, list[Any]] = {
+            name: batch.column(name).to_pylist()
+            for name in ("value", "key", "topic", "partition", "headers")
+            if name in batch.schema.names
+        }
+        values = columns["value"]
+        keys = columns.get("key")
+        topics = columns.get("topic")
+        partitions = columns.get("partition") if layout.has_partition else None
+        headers = columns.get("headers") if layout.has_headers else None
+        for i, value in enumerate(values):
+            topic = options.sink_topic or (topics[i] if topics is not None else None)
+            if not topic:
+                raise SourceOptionError(f"row {rows + 1} of the task has a null topic")
+            pairs = None
+            if headers is not None and headers[i]:
+                pairs = [(h["key"], h["value"]) for h in headers[i]]
+            producer.send(topic, value, key=keys[i] if keys is not None else None,
+                          headers=pairs,
+                          partition=partitions[i] if partitions is not None else None,
+                          on_delivery=on_delivery)
+            rows += 1
+            if failures:
+                raise failures[0]
+    pending = producer.flush(FLUSH_TIMEOUT_S)
+    if failures:
+        raise failures[0]
+    if pending:
+        raise ClientError(f"{pending} records to {bootstrap} still undelivered after "
+                          f"{FLUSH_TIMEOUT_S:g} s")
+    return rows
+
+
+def _bootstrap(options: SourceOptions) -> str:
+    """The brokers to produce to; checks that the ``topic`` option names an existing topic
+    (records for a missing topic would only fail after the delivery timeout)."""
+    view = ClusterView(options)
+    try:
+        bootstrap = view.bootstrap_servers()
+        if options.sink_topic is not None and options.sink_topic not in (
+                view.admin().list_topics()):
+            raise UnknownTopicError(f"option 'topic': topic {options.sink_topic!r} does not exist",
+                                    hint="create it with 'loglake topics create'")
+        return bootstrap
+    finally:
+        view.close()
+
+
+class TopicWriter(DataSourceArrowWriter):
+    """``df.write.format("loglake")``: each task produces its rows and flushes."""
+
+    def __init__(self, options: SourceOptions, bootstrap: str, layout: SinkLayout) -> None:
+        self.options = options
+        self.bootstrap = bootstrap
+        self.layout = layout
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRows:
+        return WrittenRows(produce(iterator, bootstrap=self.bootstrap, options=self.options,
+                                   layout=self.layout))
+
+
+class TopicStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("loglake")``: like :class:`TopicWriter` per micro-batch."""
+
+    def __init__(self, options: SourceOptions, bootstrap: str, layout: SinkLayout) -> None:
+        self.options = options
+        self.bootstrap = bootstrap
+        self.layout = layout
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRows:
+        return WrittenRows(produce(iterator, bootstrap=self.bootstrap, options=self.options,
+                                   layout=self.layout))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Rows are acknowledged when each task returns: nothing left to commit."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Records already acknowledged stay (at-least-once, as Spark's Kafka sink)."""
+
+
+def batch_writer(options: SourceOptions, schema: StructType, overwrite: bool) -> TopicWriter:
+    if overwrite:
+        raise SourceOptionError(
+            "save mode overwrite is not supported: topics are append-only logs",
+            hint="use mode('append')",
+        )
+    layout = sink_layout(options, schema)
+    return TopicWriter(options, _bootstrap(options), layout)
+
+
+def stream_writer(options: SourceOptions, schema: StructType) -> TopicStreamWriter:
+    layout = sink_layout(options, schema)
+    return TopicStreamWriter(options, _bootstrap(options), layout)
