@@ -37,8 +37,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ctypes
 import logging
 import multiprocessing
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +66,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Key = tuple[str, int]
 STATUS_INTERVAL_S = 1.0
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -142,7 +146,8 @@ class Tierer:
         is pure-Python CPU work; in a thread it would stall request handling)."""
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_die_with_parent, initargs=(os.getpid(),))
         return self._pool
 
     def close(self) -> None:
@@ -398,6 +403,16 @@ class Tierer:
         if hit is not None and hit[0] < partition.log_start_offset:
             return hit
         return None
+
+
+def _die_with_parent(parent: int) -> None:
+    """Tier worker start-up: the kernel SIGKILLs the worker when the broker dies (even by
+    SIGKILL), so no orphan outlives it (Linux prctl PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the broker died before prctl took effect
+        os._exit(0)
 
 
 def _refreshed_start(table: TieredTable, partition: int) -> int | None:

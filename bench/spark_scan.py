@@ -1,0 +1,182 @@
+"""Spark scan of a tiered topic against ``spark.read.parquet`` of the same rows.
+
+    .venv/bin/python bench/spark_scan.py [--records 10000000] [--partitions 2] [--runs 3]
+
+One 1-broker dev cluster (real ZooKeeper, real broker, tiering to local storage), one topic;
+``--records`` records of 100-byte unique values produced through Kafka, then (after
+``segment.ms``) one marker record per partition, which rolls the last segment: the broker tiers
+every benchmark record and the hot tail is only the markers. Then, in one SparkSession
+(``local[2]``), after one untimed warm-up query, alternating per run:
+
+* **view**: the view of ``register_topics`` (native Parquet scan of the Delta snapshot + the hot
+  tail from the broker) with ``SELECT count(*), sum(length(value))`` over the whole topic;
+* **baseline**: ``spark.read.parquet`` of the snapshot's data files with the same aggregate
+  (the tiered rows only).
+
+Reported: median seconds and rows/s of each, and the ratio of rows/s (view / baseline; target
+>= 0.9). Progress goes to stderr; results to ``bench/results/spark-scan-<UTC>.json``. Every wait
+is bounded by time; the cluster is stopped (only the processes it started) also on errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from measure import Progress, log
+from produce_consume import machine_info
+
+from loglake.catalog.spark import register_topics
+from loglake.catalog.sql_cli import quiet_session
+from loglake.catalog.zookeeper import ClusterCatalog
+from loglake.dev.harness import DevCluster
+from loglake.segments.storage import Storage
+from loglake.segments.tiered_table import TieredTable
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+TOPIC = "scan"
+SEGMENT_BYTES = 16 * 1024 * 1024
+SEGMENT_MS = 10_000  # the marker record after this long rolls the last full segment
+VALUE_BYTES = 100
+
+
+def create_topic(bootstrap: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(TOPIC, num_partitions=partitions, replication_factor=1,
+                   config={"segment.bytes": str(SEGMENT_BYTES),
+                           "segment.ms": str(SEGMENT_MS)})
+    admin.create_topics([new], operation_timeout=15)[TOPIC].result(timeout=30)
+
+
+def produce(bootstrap: str, records: int, partitions: int, timeout: float) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "1",
+                         "batch.size": 1_000_000, "compression.type": "none",
+                         "queue.buffering.max.messages": 500_000})
+    pool = [os.urandom(VALUE_BYTES - 12) for _ in range(4096)]
+    progress = Progress("produce", records)
+    deadline = time.monotonic() + timeout
+    for i in range(records):
+        value = b"%012d" % i + pool[i & 4095]
+        while True:
+            try:
+                producer.produce(TOPIC, value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+                if time.monotonic() > deadline:
+                    raise RuntimeError("produce did not finish in time") from None
+        if i % 100_000 == 0:
+            producer.poll(0)
+            progress.update(i)
+    if producer.flush(max(1.0, deadline - time.monotonic())):
+        raise RuntimeError("produce did not finish in time")
+    progress.update(records, force=True)
+    # one marker record per partition once segment.ms passed: it rolls the active segments,
+    # so every benchmark record is tiered and the hot tail is just the markers
+    time.sleep(SEGMENT_MS / 1000 + 1)
+    for partition in range(partitions):
+        producer.produce(TOPIC, b"marker", partition=partition)
+    producer.flush(30)
+
+
+def wait_tiered(zookeeper: str, partitions: int, timeout: float) -> dict[int, dict[str, Any]]:
+    catalog = ClusterCatalog(zookeeper)
+    catalog.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = catalog.tiering_status(TOPIC)
+            if len(status) == partitions and all(  # all but the marker (the active segment)
+                    int(s.get("tiered_end") or 0) >= int(s.get("high_watermark") or 0) - 1 > 0
+                    for s in status.values()):
+                return status
+            tiered = sum(int(s.get("tiered_end") or 0) for s in status.values())
+            log(f"  tiering: {tiered:,} records in the Delta table")
+            time.sleep(2)
+        raise RuntimeError(f"tiering did not catch up within {timeout:.0f} s")
+    finally:
+        catalog.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="bound for producing and for tiering, each (seconds)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    with tempfile.TemporaryDirectory(prefix="loglake-spark-scan-") as work, \
+            DevCluster(Path(work) / "cluster", brokers=1) as dev:
+        create_topic(dev.bootstrap_servers, args.partitions)
+        log(f"producing {args.records:,} records of {VALUE_BYTES} B")
+        produce(dev.bootstrap_servers, args.records, args.partitions, args.timeout)
+        status = wait_tiered(dev.zookeeper_connect, args.partitions, args.timeout)
+        tiered = sum(int(s["tiered_end"]) for s in status.values())
+        log(f"tiered {tiered:,} of {args.records:,} records; hot tail "
+            f"{args.records - tiered:,}")
+        storage = Storage.from_url(dev.storage_url)
+        table = TieredTable(storage, TOPIC)
+        files = [f.uri for p in range(args.partitions) for f in table.files(p, refresh=True)]
+        spark = quiet_session("local[2]")
+        try:
+            view_s: list[float] = []
+            base_s: list[float] = []
+            view_rows = base_rows = 0
+            register_topics(spark, zookeeper=dev.zookeeper_connect, topics=[TOPIC])
+            spark.sql(f"SELECT count(*) FROM {TOPIC}").collect()  # warm-up, not timed
+            for run in range(args.runs):
+                for which in (("view", "base") if run % 2 == 0 else ("base", "view")):
+                    begin = time.perf_counter()
+                    if which == "view":
+                        row = spark.sql(f"SELECT count(*) AS n, sum(length(value)) AS b "
+                                        f"FROM {TOPIC}").collect()[0]
+                        view_s.append(time.perf_counter() - begin)
+                        view_rows = int(row["n"])
+                    else:
+                        frame = spark.read.parquet(*files)
+                        frame.createOrReplaceTempView("baseline")
+                        row = spark.sql("SELECT count(*) AS n, sum(length(value)) AS b "
+                                        "FROM baseline").collect()[0]
+                        base_s.append(time.perf_counter() - begin)
+                        base_rows = int(row["n"])
+                    log(f"  run {run + 1}/{args.runs} {which}: "
+                        f"{(view_s if which == 'view' else base_s)[-1]:.2f} s")
+        finally:
+            spark.stop()
+    view_median, base_median = statistics.median(view_s), statistics.median(base_s)
+    view_rate, base_rate = view_rows / view_median, base_rows / base_median
+    result = {
+        "benchmark": "spark-scan", "started": started, "machine": machine_info(),
+        "records": args.records, "partitions": args.partitions, "runs": args.runs,
+        "tiered_records": tiered, "view_rows": view_rows, "baseline_rows": base_rows,
+        "view_seconds": view_s, "baseline_seconds": base_s,
+        "view_median_s": view_median, "baseline_median_s": base_median,
+        "view_rows_per_s": view_rate, "baseline_rows_per_s": base_rate,
+        "ratio": view_rate / base_rate,
+    }
+    print(f"view (tier + hot tail): {view_rows:,} rows in {view_median:.2f} s "
+          f"({view_rate:,.0f} rows/s)")
+    print(f"spark.read.parquet   : {base_rows:,} rows in {base_median:.2f} s "
+          f"({base_rate:,.0f} rows/s)")
+    print(f"ratio (rows/s)       : {view_rate / base_rate:.2f} (target >= 0.9)")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    output = RESULTS_DIR / f"spark-scan-{started}.json"
+    output.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"results written to {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
