@@ -185,14 +185,21 @@ def _tier_frame(spark: SparkSession, storage: Storage, snapshot: TierSnapshot,
         StructField("is_control", BooleanType()),
         StructField("partition", IntegerType()),
     ])
-    files = [_spark_uri(storage, f.uri) for p in sorted(snapshot.ends)
-             for f in snapshot.files.get(p, ())]
+    chosen = [(p, f) for p in sorted(snapshot.ends) for f in snapshot.files.get(p, ())]
+    files = [_spark_uri(storage, f.uri) for _, f in chosen]
     rows = (spark.read.schema(parquet_schema)
             .option("basePath", _spark_uri(storage, snapshot.uri))
             .parquet(*files))
-    bounds: list[Column] = [(F.col("partition") == p) & (F.col("offset") < end)
-                            for p, end in sorted(snapshot.ends.items())]
-    rows = rows.where(~F.col("is_control") & reduce(lambda a, b: a | b, bounds))
+    # Files of the snapshot normally hold only offsets below their partition's tiered end and
+    # no transaction markers; the filters are added only when the file statistics say
+    # otherwise (fewer columns decoded: the scan then costs what a plain Parquet read does).
+    beyond = sorted({p for p, f in chosen if f.max_offset >= snapshot.ends[p]})
+    if beyond:
+        bounds: list[Column] = [(F.col("partition") != p) | (F.col("offset") < snapshot.ends[p])
+                                for p in beyond]
+        rows = rows.where(reduce(lambda a, b: a & b, bounds))
+    if any(f.has_control for _, f in chosen):
+        rows = rows.where(~F.col("is_control"))
     columns = [
         F.col("key"), F.col("value"), F.lit(snapshot.topic).alias("topic"),
         F.col("partition"), F.col("offset"), F.col("timestamp"),

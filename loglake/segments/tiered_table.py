@@ -76,6 +76,8 @@ class TierFile:
     max_offset: int
     min_timestamp_ms: int
     max_timestamp_ms: int
+    has_control: bool = True
+    """False when the file's statistics show no transaction markers (readers skip the filter)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +172,8 @@ class TieredTable:
             return by_partition
         min_ts = actions.column("min.timestamp").cast(pa.int64()).to_pylist()
         max_ts = actions.column("max.timestamp").cast(pa.int64()).to_pylist()
+        control = (actions.column("max.is_control").to_pylist()
+                   if "max.is_control" in actions.column_names else [None] * actions.num_rows)
         for i, row in enumerate(actions.select([
             "path", "size_bytes", "num_records", "min.offset", "max.offset",
             f"partition.{PARTITION_COLUMN}",
@@ -179,6 +183,7 @@ class TieredTable:
                     f"{self.uri}/{row['path']}", int(row["size_bytes"]),
                     int(row["num_records"]), int(row["min.offset"]), int(row["max.offset"]),
                     (min_ts[i] or 0) // 1000, (max_ts[i] or 0) // 1000,
+                    control[i] is not False,
                 )
             )
         for files in by_partition.values():
@@ -214,13 +219,16 @@ class TieredTable:
         timestamps = rows.column("timestamp").cast(pa.int64())
         ts_min, ts_max = pc.min(timestamps).as_py(), pc.max(timestamps).as_py()
         batch_offsets = rows.column("batch_offset")
+        control = rows.column("is_control")
         stats = {
             "numRecords": rows.num_rows,
             "minValues": {"offset": first, "timestamp": _iso(ts_min),
-                          "batch_offset": batch_offsets[0].as_py()},
+                          "batch_offset": batch_offsets[0].as_py(),
+                          "is_control": bool(pc.min(control).as_py())},
             "maxValues": {"offset": last, "timestamp": _iso(ts_max),
-                          "batch_offset": batch_offsets[-1].as_py()},
-            "nullCount": {"offset": 0, "timestamp": 0, "batch_offset": 0,
+                          "batch_offset": batch_offsets[-1].as_py(),
+                          "is_control": bool(pc.max(control).as_py())},
+            "nullCount": {"offset": 0, "timestamp": 0, "batch_offset": 0, "is_control": 0,
                           "key": rows.column("key").null_count,
                           "value": rows.column("value").null_count},
         }
