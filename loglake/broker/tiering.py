@@ -35,6 +35,7 @@ writer and the reader of a topic use separate TieredTable objects.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
 import contextlib
 import ctypes
@@ -42,6 +43,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -86,15 +88,16 @@ class _Chunk:
 
     batches: list[tuple[int, int, bytes]]
 
+    def __post_init__(self) -> None:
+        self._lasts = [last for _base, last, _data in self.batches]
+
     def covers(self, offset: int) -> bool:
         return bool(self.batches) and self.batches[0][0] <= offset <= self.batches[-1][1]
 
     def slice(self, offset: int, max_bytes: int, min_one: bool) -> bytes:
         out: list[bytes] = []
         size = 0
-        for _base, last, data in self.batches:
-            if last < offset:
-                continue
+        for _base, _last, data in self.batches[bisect.bisect_left(self._lasts, offset):]:
             if size + len(data) > max_bytes and (out or not min_one):
                 break
             out.append(data)
@@ -135,6 +138,7 @@ class Tierer:
         self._wake: asyncio.Event | None = None
         self._last_retention = 0.0
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._created: set[str] = set()  # topics whose table this broker saw exist
 
     # ------------------------------------------------------------------ helpers
     def tiered(self, topic: str) -> bool:
@@ -175,6 +179,7 @@ class Tierer:
     def forget_topic(self, topic: str) -> None:
         self._writers.pop(topic, None)
         self._readers.pop(topic, None)
+        self._created.discard(topic)
         for key in [k for k in self._progress if k[0] == topic]:
             del self._progress[key]
         for key in [k for k in self._chunks if k[0] == topic]:
@@ -247,7 +252,9 @@ class Tierer:
             return  # nothing to tier: no Delta round trip
         progress = await self._load_progress(partition)
         writer = self._writer(partition.topic)
-        await writer.call(writer.table.ensure_created)
+        if partition.topic not in self._created:
+            await writer.call(writer.table.ensure_created)
+            self._created.add(partition.topic)
         storage = self.storage
         assert storage is not None
         while partition.role is Role.LEADER and not self.broker.stopping:
@@ -300,7 +307,9 @@ class Tierer:
             "leader": self.broker.config.broker_id,
         }
         now = time.monotonic()
-        if status == progress.last_status or now - progress.last_status_s < STATUS_INTERVAL_S:
+        moved = status["tiered_end"] != progress.last_status.get("tiered_end")
+        if status == progress.last_status or (
+                not moved and now - progress.last_status_s < STATUS_INTERVAL_S):
             return
         progress.last_status, progress.last_status_s = status, now
         with contextlib.suppress(Exception):
@@ -384,11 +393,8 @@ class Tierer:
             if rows is None:
                 return None
             batches = await asyncio.to_thread(rows_to_batches, rows)
-            starts = rows.column("batch_offset").to_pylist()
-            lasts = rows.column("batch_last_offset").to_pylist()
-            bounds = sorted({(starts[i], lasts[i]) for i in range(len(starts))})
-            chunk = _Chunk([(b, last, data) for (b, last), data in zip(bounds, batches,
-                                                                      strict=True)])
+            chunk = _Chunk([(_BASE_OFFSET.unpack_from(data)[0], _last_offset(data), data)
+                            for data in batches])
             self._chunks[key] = chunk
         return chunk.slice(offset, max_bytes, min_one_batch)
 
@@ -403,6 +409,16 @@ class Tierer:
         if hit is not None and hit[0] < partition.log_start_offset:
             return hit
         return None
+
+
+_BASE_OFFSET = struct.Struct(">q")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+
+
+def _last_offset(batch: bytes) -> int:
+    """baseOffset + lastOffsetDelta of an encoded RecordBatch v2."""
+    return int(_BASE_OFFSET.unpack_from(batch)[0]) + int(_LAST_OFFSET_DELTA.unpack_from(
+        batch, 23)[0])
 
 
 def _die_with_parent(parent: int) -> None:

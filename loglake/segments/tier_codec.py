@@ -3,31 +3,46 @@
 The record format is the one records.py documents; this module reads and writes exactly the
 same bytes, but column-wise and without :class:`~loglake.segments.records.Record` objects:
 
-* decoding (:func:`decode_records`) runs one short Python loop per record that only follows
-  the record length prefixes (to find where each record starts); every field is then decoded
-  for all records at once with Arrow compute kernels: varints (one or two bytes via a lookup
-  table, longer ones byte by byte), offsets and timestamps, and keys and values gathered out of
-  the records section buffer. Only records that carry headers are parsed in Python, so a batch
-  without headers costs no per-record Python beyond the length walk.
+* decoding: :func:`scan_batches` validates the batch headers as batch.iter_batches does, but
+  into plain tuples; :func:`decode_records` then runs one short Python loop per record that
+  only follows the record length prefixes (to find where each record starts); every field is
+  then decoded for all records at once with Arrow compute kernels: varints (one or two bytes
+  via a lookup table, longer ones byte by byte), offsets and timestamps, and keys, values and
+  headers (one round per header index) gathered out of the records section buffer.
 * encoding (:func:`encode_bodies`) is vectorised the same way: zig-zag, varints (a table lookup
   per 14 bits) and the concatenation of the record fields; the caller slices each batch's
   records section out of the resulting buffer.
 
-Malformed input raises :class:`CorruptRecordError` wherever records.py raises it (never
-IndexError or an Arrow error). Pure functions on in-memory data: thread-safe, no I/O.
+Malformed input raises the error a batch-at-a-time decode (batch.iter_batches +
+records.decode_records) raises, for the first bad batch in order: CorruptRecordError, or
+InvalidRecordError for a wrong magic or codec; never IndexError or an Arrow error. The one
+difference: a batch whose offsets or timestamps do not fit 64 bits is CorruptRecordError
+(there, pyarrow's OverflowError, and only if such a record was in the requested range).
+Pure functions on in-memory data: thread-safe, no I/O.
 """
 
 from __future__ import annotations
 
-import itertools
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from crc32c import crc32c
 
-from loglake.errors import CorruptRecordError, InvalidRecordError
-from loglake.segments.batch import HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, BatchHeader
+from loglake.errors import CorruptRecordError, InvalidRecordError, LoglakeError
+from loglake.segments.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CURRENT_MAGIC,
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    TIMESTAMP_TYPE_BIT,
+    read_header,
+)
 from loglake.segments.records import _read_varint, decompress
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -66,6 +81,62 @@ _SHORT_VARINT_ARRAY = pa.array(_SHORT_VARINTS, I64)
 MAX_VARINT_BYTES = 10
 
 
+BatchFields = tuple[int, ...]
+"""One batch as scanned by :func:`scan_batches`: the 13 header fields in batch.HEADER order,
+then the batch's position in the buffer (plain tuples: no object per batch)."""
+BASE_OFFSET, BATCH_LENGTH, LEADER_EPOCH, MAGIC, CRC, ATTRIBUTES, LAST_OFFSET_DELTA = range(7)
+BASE_TIMESTAMP, MAX_TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, BASE_SEQUENCE = range(7, 12)
+RECORD_COUNT, POSITION = 12, 13
+_HEADER_NAMES = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc",
+                 "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
+                 "producer_id", "producer_epoch", "base_sequence", "record_count")
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """What :func:`scan_batches` found: the batches to decode, whether the range cuts one of
+    them, and the error of an invalid batch after them (raised once they are decoded)."""
+
+    batches: list[BatchFields]
+    partial: bool
+    error: LoglakeError | None
+
+
+def scan_batches(buf: bytes, *, start_offset: int, end_offset: int | None,
+                 verify_crc: bool) -> Scan:
+    """The batches of ``buf`` that may hold offsets in ``[start_offset, end_offset)``.
+    Validates exactly what batch.iter_batches validates, stopping at the first batch past the
+    range; the first batch it would reject ends the scan with batch.read_header's error."""
+    selected: list[BatchFields] = []
+    partial = False
+    unpack, crc_of, view = HEADER.unpack_from, crc32c, memoryview(buf)
+    offset, end = 0, len(buf)
+    while offset < end:
+        fields = unpack(buf, offset) if end - offset >= HEADER_SIZE else None
+        if (fields is None or fields[MAGIC] != CURRENT_MAGIC
+                or fields[BATCH_LENGTH] < MIN_BATCH_LENGTH
+                or offset + fields[BATCH_LENGTH] + LOG_OVERHEAD > end
+                or fields[LAST_OFFSET_DELTA] < 0 or fields[RECORD_COUNT] < 0
+                or (verify_crc and crc_of(view[offset + ATTRIBUTES_OFFSET : offset
+                                               + fields[BATCH_LENGTH] + LOG_OVERHEAD])
+                    != fields[CRC])):
+            try:
+                header = read_header(buf, offset, verify_crc=verify_crc)
+            except LoglakeError as exc:
+                return Scan(selected, partial, exc)
+            fields = tuple(getattr(header, name) for name in _HEADER_NAMES)
+        base = fields[BASE_OFFSET]
+        last = base + fields[LAST_OFFSET_DELTA]
+        if last >= start_offset:
+            if end_offset is not None and base >= end_offset:
+                break
+            partial = partial or base < start_offset or (
+                end_offset is not None and last >= end_offset)
+            selected.append((*fields, offset))
+        offset += fields[BATCH_LENGTH] + LOG_OVERHEAD
+    return Scan(selected, partial, None)
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedRows:
     """The records of some batches as Arrow arrays, one row per record in batch order."""
@@ -76,54 +147,64 @@ class DecodedRows:
     values: pa.Array  # binary
     headers: pa.Array  # HEADER_TYPE, empty lists for records without headers
     run_ends: list[int]  # rows up to the end of each batch that has records
-    batches: list[BatchHeader]  # and those batches
+    batches: list[BatchFields]  # and those batches
 
 
-def decode_records(buf: bytes, headers: Sequence[BatchHeader]) -> DecodedRows:
-    """Every record of the batches ``headers`` (already validated, e.g. by
-    batch.iter_batches) that sit in ``buf`` at their ``position``."""
-    starts: list[int] = []  # position of each record's length prefix
-    compressed = any(h.compression for h in headers)
+def decode_records(buf: bytes, batches: Sequence[BatchFields],
+                   error: LoglakeError | None = None) -> DecodedRows:
+    """Every record of ``batches`` (from :func:`scan_batches` over ``buf``), or the first
+    error in batch order: a malformed record, an undecodable records section, else ``error``
+    (what ended the scan after these batches), as a batch-at-a-time decoder would raise."""
+    starts = array("q")  # position of each record's length prefix
+    compressed = any(b[ATTRIBUTES] & COMPRESSION_MASK for b in batches)
     pieces: list[bytes | memoryview] = []  # records sections, when they must be joined
     shifts: list[int] = []  # section position in the joined buffer - position in its source
     joined_size = 0
     run_ends: list[int] = []
-    batches: list[BatchHeader] = []
+    with_records: list[BatchFields] = []
     view = memoryview(buf)
-    for header in headers:
-        pos = header.position + HEADER_SIZE
-        end = header.position + LOG_OVERHEAD + header.batch_length
+    failure: LoglakeError | None = None
+    for fields in batches:
+        pos = fields[POSITION] + HEADER_SIZE
+        end = fields[POSITION] + LOG_OVERHEAD + fields[BATCH_LENGTH]
+        count = fields[RECORD_COUNT]
+        codec = fields[ATTRIBUTES] & COMPRESSION_MASK
         data: bytes = buf
-        if header.compression:
-            data = decompress(header.compression, view[pos:end])
-            pos, end = 0, len(data)
         try:
-            _walk(data, pos, end, header.record_count, header.base_offset, starts)
+            if codec:
+                data = decompress(codec, view[pos:end])
+                pos, end = 0, len(data)
+            _walk(data, pos, end, count, fields[BASE_OFFSET], starts)
         except (IndexError, ValueError) as exc:
-            raise CorruptRecordError(
-                f"malformed record in batch at base offset {header.base_offset}: {exc}"
-            ) from None
-        if compressed:
-            pieces.append(data if header.compression else view[pos:end])
-            shifts.append(joined_size - pos)
-            joined_size += end - pos
-        if header.record_count:
+            failure = CorruptRecordError(
+                f"malformed record in batch at base offset {fields[BASE_OFFSET]}: {exc}")
+        except LoglakeError as exc:
+            failure = exc
+        if failure is not None:  # the batches before this one are decoded (and fail) first
+            del starts[run_ends[-1] if run_ends else 0 :]
+            break
+        if count:
             run_ends.append(len(starts))
-            batches.append(header)
-    if compressed:
-        blob = b"".join(pieces)
-        del pieces
-        shift_per_batch = [shifts[i] for i, h in enumerate(headers) if h.record_count]
-    else:
-        blob, shift_per_batch = buf, []
+            with_records.append(fields)
+            if compressed:
+                pieces.append(data if codec else view[pos:end])
+                shifts.append(joined_size - pos)
+                joined_size += end - pos
+    blob = b"".join(pieces) if compressed else buf
+    del pieces
     try:
-        return _decode_fields(blob, starts, run_ends, batches, shift_per_batch)
+        decoded = _decode_fields(blob, starts, run_ends, with_records, shifts)
     except (IndexError, ValueError) as exc:  # incl. Arrow's overflow / index errors
         raise CorruptRecordError(f"malformed record: {exc}") from None
+    if failure is not None:
+        raise failure
+    if error is not None:
+        raise error
+    return decoded
 
 
 def _walk(data: bytes, pos: int, end: int, record_count: int, base_offset: int,
-          starts: list[int]) -> None:
+          starts: array[int]) -> None:
     """Append to ``starts`` where each record of ``data[pos:end]`` starts; CorruptRecordError
     unless exactly ``record_count`` records fill it."""
     steps, varint = _STEPS, _read_varint
@@ -154,16 +235,18 @@ def _walk(data: bytes, pos: int, end: int, record_count: int, base_offset: int,
         )
 
 
-def _decode_fields(blob: bytes, starts: list[int], run_ends: list[int],
-                   batches: list[BatchHeader], shifts: list[int]) -> DecodedRows:
+def _decode_fields(blob: bytes, starts: array[int], run_ends: list[int],
+                   batches: list[BatchFields], shifts: list[int]) -> DecodedRows:
     n = len(starts)
     ends = pa.array(run_ends, I64)
 
     def per_batch(values: Sequence[int | bool | None], type_: pa.DataType) -> pa.Array:
-        array = pa.array(values, type_)
-        return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, array)) if n else array
+        run_values = pa.array(values, type_)
+        if not n:
+            return run_values
+        return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, run_values))
 
-    positions = pa.array(starts, I64)
+    positions = pa.Array.from_buffers(I64, n, [None, pa.py_buffer(starts)])
     if shifts:
         positions = pc.add(positions, per_batch(shifts, I64))
     reader = _Reader(blob)
@@ -187,11 +270,11 @@ def _decode_fields(blob: bytes, starts: list[int], run_ends: list[int],
             f"{after[row].as_py() - body[row].as_py()}"
         )
     headers = _decode_headers(reader, has_headers, header_count, after, record_end)
-    offsets = pc.add_checked(per_batch([h.base_offset for h in batches], I64), offset_delta)
-    timestamps = pc.add_checked(per_batch([h.base_timestamp for h in batches], I64),
+    offsets = pc.add_checked(per_batch([b[BASE_OFFSET] for b in batches], I64), offset_delta)
+    timestamps = pc.add_checked(per_batch([b[BASE_TIMESTAMP] for b in batches], I64),
                                 timestamp_delta)
-    append_times = [h.max_timestamp if h.attributes & TIMESTAMP_TYPE_BIT else None
-                    for h in batches]
+    append_times = [b[MAX_TIMESTAMP] if b[ATTRIBUTES] & TIMESTAMP_TYPE_BIT else None
+                    for b in batches]
     if any(t is not None for t in append_times):  # LogAppendTime: all get maxTimestamp
         append = per_batch(append_times, I64)
         timestamps = pc.if_else(pc.is_null(append), timestamps, append)
@@ -468,7 +551,7 @@ def _headers_part(headers: pa.Array) -> pa.Array | pa.Scalar:
         raise InvalidRecordError("a record header has a null key")
     encoded = pc.binary_join_element_wise(
         _length_prefixed(keys.cast(pa.binary())), _length_prefixed(flat.field("value")), EMPTY)
-    offsets = pa.array(itertools.accumulate(counts.to_pylist(), initial=0), pa.int64())
+    offsets = pa.concat_arrays([pa.array([0], I64), pc.cumulative_sum(counts.cast(I64))])
     per_row = pc.binary_join(pa.LargeListArray.from_arrays(offsets, encoded), EMPTY)
     return pc.binary_join_element_wise(varints(zigzag(counts)), per_row, EMPTY)
 

@@ -23,6 +23,9 @@ batches with their original base offsets, offsets, timestamps, keys, values, hea
 fields and codec: a consumer cannot tell a batch re-encoded from the tier from the original
 (the bytes of a compressed payload may differ; the records do not).
 
+Both directions work column-wise (tier_codec.py): no per-record Python objects, and no Python
+code per record beyond following the length prefixes when decoding.
+
 Pure functions on in-memory data: thread-safe, no I/O.
 """
 
@@ -33,11 +36,14 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from crc32c import crc32c
 
-from loglake.errors import InvalidRecordError
+from loglake.errors import CorruptRecordError, InvalidRecordError
 from loglake.segments import tier_codec
 from loglake.segments.batch import (
+    COMPRESSION_MASK,
     CONTROL_BIT,
+    CURRENT_MAGIC,
     HEADER,
     HEADER_SIZE,
     LOG_APPEND_TIME,
@@ -45,10 +51,8 @@ from loglake.segments.batch import (
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     Buffer,
-    compute_crc,
 )
-from loglake.segments.batch import iter_batches as iter_batch_headers
-from loglake.segments.records import compress, decompress
+from loglake.segments.records import compress
 
 HEADER_TYPE = tier_codec.HEADER_TYPE
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -75,11 +79,12 @@ TABLE_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *FILE_SCHEMA])
 """The Delta table's schema, partitioned by ``partition``."""
 
 PARTITION_COLUMN = "partition"
-_CRC = struct.Struct(">I")
-
-
 ENCODE_CHUNK_ROWS = 1 << 17
 """rows_to_batches encodes at most about this many rows at a time (whole batches)."""
+_BEFORE_CRC = struct.Struct(">qiibI")  # baseOffset .. crc: batch.HEADER split at the CRC
+_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. recordCount: what the CRC covers
+_AFTER_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # batchLength counts from partitionLeaderEpoch on
+assert _BEFORE_CRC.size + _AFTER_CRC.size == HEADER.size
 
 
 def batches_to_rows(
@@ -88,51 +93,58 @@ def batches_to_rows(
 ) -> pa.Table:
     """Rows (FILE_SCHEMA) of every record in the back-to-back batches ``data`` whose offset is
     in ``[start_offset, end_offset)``. Batches are CRC-checked; corrupt data raises
-    :class:`~loglake.errors.CorruptRecordError`."""
+    :class:`~loglake.errors.CorruptRecordError` (so does a batch whose offsets or timestamps
+    do not fit 64 bits, even outside the range)."""
     buf = data if isinstance(data, bytes) else bytes(data)
-    selected = []
-    partial = False
-    for header in iter_batch_headers(buf, verify_crc=verify_crc):
-        if header.last_offset < start_offset:
-            continue
-        if end_offset is not None and header.base_offset >= end_offset:
-            break
-        partial = partial or header.base_offset < start_offset or (
-            end_offset is not None and header.last_offset >= end_offset
-        )
-        selected.append(header)
-    decoded = tier_codec.decode_records(buf, selected)
-    ends = pa.array(decoded.run_ends, pa.int64())
+    scan = tier_codec.scan_batches(buf, start_offset=start_offset, end_offset=end_offset,
+                                   verify_crc=verify_crc)
+    decoded = tier_codec.decode_records(buf, scan.batches, scan.error)
     arrays: dict[str, pa.Array] = {
         "offset": decoded.offsets,
-        "timestamp": pc.multiply_checked(decoded.timestamps_ms, 1000).cast(TIMESTAMP_TYPE),
+        "timestamp": decoded.timestamps_ms,  # milliseconds until the rows are filtered
         "key": decoded.keys,
         "value": decoded.values,
         "headers": decoded.headers,
     }
-    batches = decoded.batches
+    # one value per batch (columns of the scanned header tuples), expanded to its rows
+    fields = [pa.array(column, pa.int64()) for column in zip(*decoded.batches, strict=True)]
+    if not fields:
+        fields = [pa.array([], pa.int64())] * (tier_codec.POSITION + 1)
+    attributes = fields[tier_codec.ATTRIBUTES]
+    base_offsets = fields[tier_codec.BASE_OFFSET]
     for name, values in (
-        ("timestamp_type", [h.timestamp_type for h in batches]),
-        ("batch_offset", [h.base_offset for h in batches]),
-        ("batch_last_offset", [h.last_offset for h in batches]),
-        ("attributes", [h.attributes for h in batches]),
-        ("leader_epoch", [h.partition_leader_epoch for h in batches]),
-        ("producer_id", [h.producer_id for h in batches]),
-        ("producer_epoch", [h.producer_epoch for h in batches]),
-        ("base_sequence", [h.base_sequence for h in batches]),
-        ("is_control", [h.is_control for h in batches]),
+        ("timestamp_type", pc.not_equal(pc.bit_wise_and(attributes, TIMESTAMP_TYPE_BIT), 0)),
+        ("batch_offset", base_offsets),
+        ("batch_last_offset", _checked_add(base_offsets, fields[tier_codec.LAST_OFFSET_DELTA])),
+        ("attributes", attributes),
+        ("leader_epoch", fields[tier_codec.LEADER_EPOCH]),
+        ("producer_id", fields[tier_codec.PRODUCER_ID]),
+        ("producer_epoch", fields[tier_codec.PRODUCER_EPOCH]),
+        ("base_sequence", fields[tier_codec.BASE_SEQUENCE]),
+        ("is_control", pc.not_equal(pc.bit_wise_and(attributes, CONTROL_BIT), 0)),
     ):
-        array = pa.array(values, FILE_SCHEMA.field(name).type)
-        arrays[name] = (pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, array))
-                        if batches else array)
-    rows = pa.Table.from_arrays([arrays[name] for name in FILE_SCHEMA.names], schema=FILE_SCHEMA)
-    if partial:
-        offsets = rows.column("offset")
-        keep = pc.greater_equal(offsets, start_offset)
+        per_batch = values.cast(FILE_SCHEMA.field(name).type)
+        arrays[name] = (pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(
+            pa.array(decoded.run_ends, pa.int64()), per_batch)) if len(per_batch) else per_batch)
+    if scan.partial:
+        keep = pc.greater_equal(decoded.offsets, start_offset)
         if end_offset is not None:
-            keep = pc.and_(keep, pc.less(offsets, end_offset))
-        rows = rows.filter(keep)
-    return rows
+            keep = pc.and_(keep, pc.less(decoded.offsets, end_offset))
+        arrays = {name: array.filter(keep) for name, array in arrays.items()}
+    try:
+        micros = pc.multiply_checked(arrays["timestamp"], 1000)
+    except pa.ArrowInvalid:
+        raise CorruptRecordError("record timestamp out of range") from None
+    arrays["timestamp"] = micros.cast(TIMESTAMP_TYPE)
+    return pa.Table.from_arrays([arrays[name] for name in FILE_SCHEMA.names],
+                                schema=FILE_SCHEMA)
+
+
+def _checked_add(left: pa.Array, right: pa.Array) -> pa.Array:
+    try:
+        return pc.add_checked(left, right)
+    except pa.ArrowInvalid:
+        raise CorruptRecordError("batch last offset out of range") from None
 
 
 def _column(rows: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
@@ -154,7 +166,8 @@ def _group_starts(batch_offsets: pa.Array) -> list[int]:
 def iter_batch_groups(rows: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, int]]:
     """``(start_row, stop_row)`` of each run of rows that came from one batch."""
     starts = _group_starts(_column(rows, "batch_offset"))
-    yield from zip(starts, [*starts[1:], rows.num_rows], strict=True)
+    if starts:
+        yield from zip(starts, [*starts[1:], rows.num_rows], strict=True)
 
 
 def rows_to_batches(rows: pa.Table | pa.RecordBatch) -> list[bytes]:
@@ -203,33 +216,28 @@ def _encode_chunk(rows: pa.Table | pa.RecordBatch, starts: list[int]) -> list[by
     max_ms = (pa.table({"group": group, "ms": ms})
               .group_by("group", use_threads=False).aggregate([("ms", "max")])
               .sort_by("group").column("ms_max").to_pylist())
-    fields = {name: _column(rows, name).take(first_rows).to_pylist()
-              for name in ("attributes", "timestamp_type", "batch_offset", "batch_last_offset",
-                           "producer_id", "producer_epoch", "base_sequence", "leader_epoch")}
+    columns = [_column(rows, name).take(first_rows).to_pylist()
+               for name in ("batch_offset", "batch_last_offset", "attributes", "timestamp_type",
+                            "leader_epoch", "producer_id", "producer_epoch", "base_sequence")]
     out: list[bytes] = []
-    for index, base_ms in enumerate(first_ms.to_pylist()):
-        codec = fields["attributes"][index] & 0x07
-        attributes = codec
-        if fields["timestamp_type"][index] == LOG_APPEND_TIME:
+    for (base_offset, last_offset, original, timestamp_type, leader_epoch, producer_id,
+         producer_epoch, base_sequence, base_ms, batch_max_ms, start, stop, first, last) in zip(
+            *columns, first_ms.to_pylist(), max_ms, bounds[:-1], bounds[1:], starts, stops,
+            strict=True):
+        codec = original & COMPRESSION_MASK
+        attributes = codec | (original & (TRANSACTIONAL_BIT | CONTROL_BIT))
+        max_timestamp = batch_max_ms
+        if timestamp_type == LOG_APPEND_TIME:
             attributes |= TIMESTAMP_TYPE_BIT
             max_timestamp = base_ms
-        else:
-            max_timestamp = max_ms[index]
-        attributes |= fields["attributes"][index] & (TRANSACTIONAL_BIT | CONTROL_BIT)
-        section = data[bounds[index] : bounds[index + 1]]
+        section = data[start:stop]
         payload = section if codec == 0 else compress(codec, bytes(section))
-        size = HEADER_SIZE + len(payload)
-        batch = bytearray(size)
-        base_offset = fields["batch_offset"][index]
-        HEADER.pack_into(
-            batch, 0, base_offset, size - LOG_OVERHEAD, fields["leader_epoch"][index], 2, 0,
-            attributes, fields["batch_last_offset"][index] - base_offset, base_ms,
-            max_timestamp, fields["producer_id"][index], fields["producer_epoch"][index],
-            fields["base_sequence"][index], stops[index] - starts[index],
-        )
-        batch[HEADER_SIZE:] = payload
-        _CRC.pack_into(batch, 17, compute_crc(batch, 0, size))
-        out.append(bytes(batch))
+        tail = _AFTER_CRC.pack(attributes, last_offset - base_offset, base_ms, max_timestamp,
+                               producer_id, producer_epoch, base_sequence, last - first)
+        out.append(b"".join((
+            _BEFORE_CRC.pack(base_offset, _AFTER_LENGTH + len(payload), leader_epoch,
+                             CURRENT_MAGIC, crc32c(payload, crc32c(tail))),
+            tail, payload)))
     return out
 
 
