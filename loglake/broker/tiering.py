@@ -139,6 +139,9 @@ class Tierer:
         self._last_retention = 0.0
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._created: set[str] = set()  # topics whose table this broker saw exist
+        self._checkpointing: set[str] = set()
+        self._commits: dict[str, int] = {}  # tier commits per topic (checkpoint checks)
+        self._tasks: set[asyncio.Future[None]] = set()
 
     # ------------------------------------------------------------------ helpers
     def tiered(self, topic: str) -> bool:
@@ -158,6 +161,27 @@ class Tierer:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+    def _checkpoint_soon(self, topic: str) -> None:
+        """Write a Delta checkpoint in the background when one is due (one task per topic, on
+        its own table object, so tier commits never wait for it)."""
+        self._commits[topic] = self._commits.get(topic, 0) + 1
+        if self.storage is None or topic in self._checkpointing or self._commits[topic] % 10:
+            return
+        table = TieredTable(self.storage, topic)
+        self._checkpointing.add(topic)
+
+        async def checkpoint() -> None:
+            try:
+                await asyncio.to_thread(table.checkpoint_if_due)
+            except Exception:
+                log.exception("Delta checkpoint of %s failed; will retry", topic)
+            finally:
+                self._checkpointing.discard(topic)
+
+        self._tasks.add(asyncio.ensure_future(checkpoint()))
+        for task in [t for t in self._tasks if t.done()]:
+            self._tasks.discard(task)
 
     def _writer(self, topic: str) -> _Guarded:
         assert self.storage is not None
@@ -276,6 +300,7 @@ class Tierer:
                                           last_offset, expected_end=progress.tiered_end)
             crash_point("tier-after-commit")
             if committed:
+                self._checkpoint_soon(partition.topic)
                 progress.tiered_end = last_offset + 1
                 if progress.tier_start is None:
                     progress.tier_start = pending.first_offset

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction
 
@@ -63,9 +63,11 @@ COMMIT_ATTEMPTS = 20
 ROW_GROUP_ROWS = 65_536
 """Target rows per Parquet row group (cut at batch boundaries; a fetch decodes one)."""
 _FOOTER_CACHE = 256
-TABLE_CONFIGURATION = {"delta.checkpointInterval": "20"}
-"""A checkpoint every 20 commits (Delta's default is 100): every tier commit replays the log
-since the last checkpoint, so a long tail of JSON commits makes each commit slower."""
+CHECKPOINT_EVERY = 20
+"""Tier commits do not write Delta checkpoints themselves (that would stall the commit that
+happens to hit the interval); the broker writes one in the background every this many versions
+(Delta's default interval is 100): every commit replays the log since the last checkpoint, so a
+long tail of JSON commits makes each commit slower."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,7 @@ class TieredTable:
             try:
                 DeltaTable.create(
                     self.uri, schema=TABLE_SCHEMA, partition_by=[PARTITION_COLUMN],
-                    mode="ignore", name=self.topic, configuration=TABLE_CONFIGURATION,
+                    mode="ignore", name=self.topic,
                     description=f"loglake topic {self.topic}", storage_options=options,
                 )
             except Exception as exc:  # a concurrent creator won the race: load theirs
@@ -192,6 +194,17 @@ class TieredTable:
         for files in by_partition.values():
             files.sort(key=lambda f: f.min_offset)
         return by_partition
+
+    def checkpoint_if_due(self, every: int = CHECKPOINT_EVERY) -> bool:
+        """Write a Delta checkpoint of the newest version if the last one is ``every`` or more
+        versions old (checkpoints are immutable files of one version: safe next to writers)."""
+        dt = self.table(refresh=True)
+        version = dt.version()
+        last = _last_checkpoint_version(self.storage, self.uri)
+        if version - last < every:
+            return False
+        dt.create_checkpoint()
+        return True
 
     def start_offset(self, partition: int) -> int | None:
         """The first offset the tier holds for ``partition`` (None when it holds none)."""
@@ -263,6 +276,8 @@ class TieredTable:
                 self.table().create_write_transaction(
                     actions, "append", TABLE_SCHEMA, partition_by=[PARTITION_COLUMN],
                     commit_properties=properties,
+                    post_commithook_properties=PostCommitHookProperties(
+                        create_checkpoint=False, cleanup_expired_logs=False),
                 )
                 return True
             except CommitFailedError as exc:
@@ -341,6 +356,16 @@ class TieredTable:
                     i = hits[0].as_py()
                     return batch.column("offset")[i].as_py(), ts[i].as_py() // 1000
         return None
+
+
+def _last_checkpoint_version(storage: Storage, uri: str) -> int:
+    """The version in ``_delta_log/_last_checkpoint`` (-1 when there is none)."""
+    path = storage.path_in_fs(f"{uri}/_delta_log/_last_checkpoint")
+    try:
+        with storage.pyarrow_filesystem().open_input_stream(path) as source:
+            return int(json.loads(source.read())["version"])
+    except (OSError, ValueError, KeyError):
+        return -1
 
 
 def write_segment_file(storage: Storage, topic: str, partition: int, path: Path, start: int,
