@@ -69,6 +69,7 @@ T = TypeVar("T")
 Key = tuple[str, int]
 STATUS_INTERVAL_S = 1.0
 PR_SET_PDEATHSIG = 1
+TIER_START_REFRESH_S = 5.0
 
 
 @dataclass
@@ -77,7 +78,6 @@ class _Progress:
 
     leader_epoch: int
     tiered_end: int | None  # app txn version + 1 as last read from / committed to the table
-    tier_start: int | None = None
     last_status: dict[str, Any] = field(default_factory=dict)
     last_status_s: float = 0.0
 
@@ -137,6 +137,7 @@ class Tierer:
         self._starts: dict[Key, int | None] = {}  # tier start per partition, last seen
         self._wake: asyncio.Event | None = None
         self._last_retention = 0.0
+        self._last_start_refresh = 0.0
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._created: set[str] = set()  # topics whose table this broker saw exist
         self._checkpointing: set[str] = set()
@@ -254,6 +255,11 @@ class Tierer:
             if time.monotonic() - self._last_retention >= check:
                 self._last_retention = time.monotonic()
                 await self._retention_pass()
+            if time.monotonic() - self._last_start_refresh >= TIER_START_REFRESH_S:
+                # retention and compaction jobs move the table's first offset: forget the
+                # cached ones (the next fetch or ListOffsets below the local log reloads them)
+                self._last_start_refresh = time.monotonic()
+                self._starts.clear()
 
     async def _load_progress(self, partition: Partition) -> _Progress:
         key = (partition.topic, partition.index)
@@ -262,7 +268,8 @@ class Tierer:
             writer = self._writer(partition.topic)
             end = await writer.call(writer.table.tiered_end, partition.index)
             start = await writer.call(writer.table.start_offset, partition.index)
-            progress = _Progress(partition.leader_epoch, end, start)
+            self._starts[key] = start
+            progress = _Progress(partition.leader_epoch, end)
             self._progress[key] = progress
         return progress
 
@@ -301,10 +308,9 @@ class Tierer:
             crash_point("tier-after-commit")
             if committed:
                 self._checkpoint_soon(partition.topic)
+                if progress.tiered_end is None:  # the partition's first tier commit
+                    self._starts[key] = pending.first_offset
                 progress.tiered_end = last_offset + 1
-                if progress.tier_start is None:
-                    progress.tier_start = pending.first_offset
-                    self._starts[key] = progress.tier_start
                 log.info("%s: tiered offsets [%d, %d] (%d records)", partition.name, begin,
                          last_offset, pending.num_records)
             else:
@@ -324,7 +330,7 @@ class Tierer:
                 lag_seconds = max(0.0, time.time() - untiered[0].log_path.stat().st_mtime)
         status = {
             "tiered_end": progress.tiered_end,
-            "tier_start": progress.tier_start,
+            "tier_start": self._starts.get((partition.topic, partition.index)),
             "local_start": partition.log_start_offset,
             "high_watermark": partition.high_watermark,
             "lag_offsets": max(0, untiered[-1].next_offset - tiered_end) if untiered else 0,
