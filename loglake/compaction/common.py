@@ -1,0 +1,170 @@
+"""What every clean-up job shares: the cluster's topics and configs, and the replace commit.
+
+A job reads the topics, their configs (``/config/topics/<topic>`` over Kafka's defaults through
+:meth:`TopicConfig.from_overrides`; broker-level ``log.*`` defaults live in the brokers'
+``server.properties`` and are not visible here) and the tier storage the brokers published in
+ZooKeeper.
+
+Commits: every job changes a table only through :func:`commit_replace`: ONE Delta commit
+(deltalake ``create_write_transaction``, ``mode="append"``) of remove actions for files the job
+read and add actions for files it wrote. delta-rs rejects the commit with ``CommitFailedError``
+when a concurrent commit removed data (another job, or a job racing this one); the job then
+reloads the snapshot and plans again. Concurrent tier appends (new files, offsets above every
+file the job read) never conflict with a replace and are never lost: the replace commit names
+files, it never overwrites a partition. Crash points: after writing new files and before the
+commit they are orphans that no snapshot references (``vacuum`` sweeps them); after the commit
+the old files stay on storage until ``vacuum`` deletes them after the grace period, so readers
+of older snapshots (brokers refresh theirs every ~5 s, Spark views keep the snapshot they were
+registered with) keep working.
+
+Driver-side; not thread-safe (one ZooKeeper session per :class:`Cluster`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TextIO
+
+from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+from deltalake._internal import RemoveAction
+from deltalake.transaction import AddAction
+
+from loglake.catalog.zookeeper import ClusterCatalog
+from loglake.config import TopicConfig
+from loglake.errors import LoglakeError, UnknownTopicError
+from loglake.segments.storage import Storage
+from loglake.segments.tier_rows import PARTITION_COLUMN, TABLE_SCHEMA
+from loglake.segments.tiered_table import PendingFile, TieredTable, TierFile
+
+DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
+COMMIT_ATTEMPTS = 5
+"""Plans per table or partition before a job gives up on it until its next run."""
+
+
+class CleanupError(LoglakeError):
+    """A clean-up job could not finish on a table (retriable: run the job again)."""
+
+
+@dataclass(frozen=True)
+class TopicTarget:
+    topic: str
+    config: TopicConfig
+
+
+class Cluster:
+    """The topics, configs and tier storage of one cluster (a ZooKeeper session)."""
+
+    def __init__(self, zookeeper: str, *, storage_options: Mapping[str, str] | None = None):
+        self.zookeeper = zookeeper
+        self.catalog = ClusterCatalog(zookeeper, timeout=10.0)
+        try:
+            self.catalog.start()
+        except Exception as exc:
+            raise LoglakeError(f"cannot reach ZooKeeper at {zookeeper}: {exc}",
+                               hint="pass --zookeeper HOST:PORT/CHROOT") from None
+        published = self.catalog.storage()
+        if published is None:
+            self.catalog.stop()
+            raise LoglakeError("no broker published a tier storage in ZooKeeper",
+                               hint="set remote.log.storage.url on the brokers")
+        url, options = published
+        self.storage = Storage.from_url(url, {**options, **(storage_options or {})})
+
+    def close(self) -> None:
+        self.catalog.stop()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def targets(self, topic: str | None = None) -> list[TopicTarget]:
+        """``topic`` (UnknownTopicError if missing) or every topic, with its config."""
+        names = sorted(self.catalog.topic_names())
+        if topic is not None:
+            if topic not in names:
+                raise UnknownTopicError(f"Topic '{topic}' does not exist.")
+            names = [topic]
+        return [TopicTarget(name, TopicConfig.from_overrides(self.catalog.topic_config(name)))
+                for name in names]
+
+    def partitions(self, topic: str) -> list[int]:
+        meta = self.catalog.topic(topic)
+        return sorted(meta.assignment) if meta is not None else []
+
+
+def relative_path(table: TieredTable, tier_file: TierFile) -> str:
+    """A live file's path relative to the table root (as add/remove actions name it)."""
+    prefix = table.uri + "/"
+    if not tier_file.uri.startswith(prefix):
+        raise CleanupError(f"{tier_file.uri} is not under table {table.uri}")
+    return tier_file.uri[len(prefix):]
+
+
+def commit_replace(
+    table: TieredTable,
+    removes: Mapping[int, Sequence[TierFile]],
+    adds: Mapping[int, Sequence[PendingFile]],
+    *,
+    operation: str,
+    metadata: Mapping[str, str] | None = None,
+    app_transactions: Sequence[tuple[str, int]] = (),
+) -> None:
+    """One Delta commit removing ``removes`` and adding ``adds`` (partition -> files) on the
+    snapshot ``table`` last loaded. Raises CommitFailedError when a concurrent commit
+    conflicts (the caller re-plans)."""
+    now_ms = int(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = []
+    for partition, files in removes.items():
+        actions += [RemoveAction(relative_path(table, f), True, now_ms, f.size,
+                                 {PARTITION_COLUMN: str(partition)}) for f in files]
+    for partition, pending in adds.items():
+        actions += [AddAction(f.path, f.size, {PARTITION_COLUMN: str(partition)}, now_ms,
+                              True, f.stats) for f in pending]
+    properties = CommitProperties(
+        app_transactions=[Transaction(app, version) for app, version in app_transactions],
+        custom_metadata={"loglake.operation": operation, **(metadata or {})},
+    )
+    table.table().create_write_transaction(
+        actions, "append", TABLE_SCHEMA, partition_by=[PARTITION_COLUMN],
+        commit_properties=properties,
+        post_commithook_properties=PostCommitHookProperties(
+            create_checkpoint=False, cleanup_expired_logs=False),
+    )
+
+
+def backoff(attempt: int) -> None:
+    time.sleep(min(0.1 * (attempt + 1), 1.0))
+
+
+class Progress:
+    """Prints one line per partition (``out``, default stdout) and keeps them for tests."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out
+        self.lines: list[str] = []
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+        print(text, file=self.out or sys.stdout, flush=True)
+
+
+@contextmanager
+def open_cluster(zookeeper: str, storage_options: Mapping[str, str] | None = None
+                 ) -> Iterator[Cluster]:
+    cluster = Cluster(zookeeper, storage_options=storage_options)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def offsets_text(files: Sequence[TierFile]) -> str:
+    if not files:
+        return "none"
+    return f"[{files[0].min_offset}, {files[-1].max_offset}]"

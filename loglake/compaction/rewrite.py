@@ -1,0 +1,153 @@
+"""Rewriting one partition's tiered files: Kafka's two-pass log cleaner on Arrow, and bin-packing.
+
+:func:`rewrite_partition` runs where it is called: in a Spark task (compaction: one task per
+Kafka partition) or in the job's own process (optimize). It never commits; it returns the
+uncommitted files (:class:`~loglake.segments.tiered_table.PendingFile`) for the driver's replace
+commit, which removes exactly ``plan.files``.
+
+Compaction (``plan.cleanable_end`` set; every input row has an offset below it):
+
+1. offset map: read ``offset, key, is_control`` of the input files and compute the highest
+   offset per non-null key (Arrow hash aggregation; memory: the key column of the partition's
+   cleanable rows, like Kafka's cleaner offset map, never the values);
+2. recopy: read the input row groups in offset order and keep a row when it has a null key
+   (Kafka refuses those on compacted topics; we keep them), is a transaction marker, is the last
+   input row (the tier never ends in a gap, so fetches between it and the brokers' local log
+   never fall into nothing), or holds its key's highest offset -- unless it is a tombstone
+   (null value) whose ``timestamp + delete.retention.ms`` has passed.
+
+Optimize (``plan.cleanable_end`` None): recopy every row.
+
+Offsets, timestamps, headers, ``batch_offset`` / ``batch_last_offset`` and producer fields are
+kept, rows stay in offset order, so rows of one original batch stay contiguous and fetches
+re-encode each surviving batch with its original base and last offset (with gaps inside).
+Output files hold up to ~:data:`OUTPUT_FILE_ROWS` rows / :data:`OUTPUT_FILE_BYTES` bytes of
+Arrow data each (cut between input row groups, which hold whole batches); memory: one output
+file's rows.
+
+Pure with respect to Delta (no commits); thread-safe; picklable plans.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from loglake.segments.storage import Storage
+from loglake.segments.tier_rows import FILE_SCHEMA
+from loglake.segments.tiered_table import PendingFile, TieredTable
+
+OUTPUT_FILE_ROWS = 2_000_000
+OUTPUT_FILE_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class RewritePlan:
+    topic: str
+    partition: int
+    files: tuple[str, ...]
+    """URIs of the input files, in offset order."""
+    cleanable_end: int | None = None
+    """Compaction: every input offset is below it. None: optimize (keep every row)."""
+    now_ms: int = 0
+    delete_retention_ms: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> RewritePlan:
+        data = json.loads(text)
+        data["files"] = tuple(data["files"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RewriteOutcome:
+    partition: int
+    written: tuple[PendingFile, ...]
+    rows_in: int
+    rows_out: int
+
+    def to_json(self) -> str:
+        return json.dumps({"partition": self.partition, "rows_in": self.rows_in,
+                           "rows_out": self.rows_out,
+                           "written": [asdict(f) for f in self.written]})
+
+    @classmethod
+    def from_json(cls, text: str) -> RewriteOutcome:
+        data = json.loads(text)
+        return cls(int(data["partition"]), tuple(PendingFile(**f) for f in data["written"]),
+                   int(data["rows_in"]), int(data["rows_out"]))
+
+
+def latest_offsets(storage: Storage, paths: list[str]) -> tuple[pa.Array, int, int]:
+    """Pass 1: (highest offset of each non-null, non-control key; input rows; last offset)."""
+    dataset = pads.dataset(paths, schema=FILE_SCHEMA, format="parquet",
+                           filesystem=storage.pyarrow_filesystem())
+    rows = dataset.to_table(columns=["offset", "key", "is_control"])
+    if rows.num_rows == 0:
+        return pa.array([], pa.int64()), 0, -1
+    last = pc.max(rows.column("offset")).as_py()
+    keyed = rows.filter(pc.and_(pc.is_valid(rows.column("key")),
+                                pc.invert(rows.column("is_control"))))
+    latest = keyed.group_by("key", use_threads=False).aggregate([("offset", "max")])
+    return latest.column("offset_max").combine_chunks(), rows.num_rows, int(last)
+
+
+def _keep_mask(rows: pa.Table, plan: RewritePlan, latest: pa.Array, last: int) -> pa.Array:
+    offsets = rows.column("offset")
+    keyed = pc.and_(pc.is_valid(rows.column("key")), pc.invert(rows.column("is_control")))
+    is_latest = pc.is_in(offsets, value_set=latest)
+    cutoff_us = (plan.now_ms - plan.delete_retention_ms) * 1000
+    expired_tombstone = pc.and_(
+        pc.is_null(rows.column("value")),
+        pc.less_equal(rows.column("timestamp").cast(pa.int64()), cutoff_us))
+    keep = pc.or_(pc.invert(keyed), pc.and_(is_latest, pc.invert(expired_tombstone)))
+    return pc.or_(keep, pc.equal(offsets, last))
+
+
+def rewrite_partition(storage: Storage, plan: RewritePlan) -> RewriteOutcome:
+    """Write the rows of ``plan.files`` that survive (module docstring) as new files."""
+    fs = storage.pyarrow_filesystem()
+    paths = [storage.path_in_fs(uri) for uri in plan.files]
+    compacting = plan.cleanable_end is not None
+    latest = pa.array([], pa.int64())
+    last = -1
+    if compacting:
+        latest, _rows, last = latest_offsets(storage, paths)
+    writer = TieredTable(storage, plan.topic)
+    written: list[PendingFile] = []
+    buffered: list[pa.Table] = []
+    buffered_rows = buffered_bytes = rows_in = rows_out = 0
+
+    def flush() -> None:
+        nonlocal buffered_rows, buffered_bytes
+        if buffered_rows:
+            written.append(writer.write_file(plan.partition, pa.concat_tables(buffered)))
+        buffered.clear()
+        buffered_rows = buffered_bytes = 0
+
+    for path in paths:
+        with fs.open_input_file(path) as source:
+            parquet = pq.ParquetFile(source)
+            for index in range(parquet.num_row_groups):
+                rows = parquet.read_row_group(index).cast(FILE_SCHEMA)
+                rows_in += rows.num_rows
+                if compacting:
+                    rows = rows.filter(_keep_mask(rows, plan, latest, last))
+                if rows.num_rows == 0:
+                    continue
+                rows_out += rows.num_rows
+                buffered.append(rows)
+                buffered_rows += rows.num_rows
+                buffered_bytes += rows.nbytes
+                if buffered_rows >= OUTPUT_FILE_ROWS or buffered_bytes >= OUTPUT_FILE_BYTES:
+                    flush()
+    flush()
+    return RewriteOutcome(plan.partition, tuple(written), rows_in, rows_out)
