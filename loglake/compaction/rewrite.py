@@ -30,6 +30,7 @@ Pure with respect to Delta (no commits); thread-safe; picklable plans.
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import asdict, dataclass
 
@@ -100,10 +101,27 @@ def latest_offsets(storage: Storage, paths: list[str]) -> tuple[pa.Array, int, i
     return latest.column("offset_max").combine_chunks(), rows.num_rows, int(last)
 
 
-def _keep_mask(rows: pa.Table, plan: RewritePlan, latest: pa.Array, last: int) -> pa.Array:
+class _SortedOffsets:
+    """The latest offset of every key, sorted, so each row group looks up only the offsets in
+    its own range (``is_in`` builds a hash table of its value set on every call)."""
+
+    def __init__(self, latest: pa.Array) -> None:
+        self.array = latest.sort() if len(latest) else latest
+        self.values = self.array.to_pylist()
+
+    def within(self, low: int, high: int) -> pa.Array:
+        start = bisect.bisect_left(self.values, low)
+        stop = bisect.bisect_right(self.values, high)
+        return self.array.slice(start, stop - start)
+
+
+def _keep_mask(rows: pa.Table, plan: RewritePlan, latest: _SortedOffsets,
+               last: int) -> pa.Array:
     offsets = rows.column("offset")
     keyed = pc.and_(pc.is_valid(rows.column("key")), pc.invert(rows.column("is_control")))
-    is_latest = pc.is_in(offsets, value_set=latest)
+    bounds = pc.min_max(offsets)
+    value_set = latest.within(bounds["min"].as_py(), bounds["max"].as_py())
+    is_latest = pc.is_in(offsets, value_set=value_set)
     cutoff_us = (plan.now_ms - plan.delete_retention_ms) * 1000
     expired_tombstone = pc.and_(
         pc.is_null(rows.column("value")),
@@ -117,10 +135,11 @@ def rewrite_partition(storage: Storage, plan: RewritePlan) -> RewriteOutcome:
     fs = storage.pyarrow_filesystem()
     paths = [storage.path_in_fs(uri) for uri in plan.files]
     compacting = plan.cleanable_end is not None
-    latest = pa.array([], pa.int64())
+    latest = _SortedOffsets(pa.array([], pa.int64()))
     last = -1
     if compacting:
-        latest, _rows, last = latest_offsets(storage, paths)
+        latest_array, _rows, last = latest_offsets(storage, paths)
+        latest = _SortedOffsets(latest_array)
     writer = TieredTable(storage, plan.topic)
     written: list[PendingFile] = []
     buffered: list[pa.Table] = []
