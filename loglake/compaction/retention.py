@@ -39,24 +39,18 @@ from loglake.compaction.common import (
     offsets_text,
 )
 from loglake.config import TopicConfig
+from loglake.segments.retention import expired_count
 from loglake.segments.tiered_table import TieredTable, TierFile
 
 
 def expired_prefix(files: Sequence[TierFile], config: TopicConfig, *, now_ms: int
                    ) -> list[TierFile]:
-    """The leading files of one partition (ordered by offset) that retention drops."""
-    by_time = 0
-    if config.retention_ms >= 0:
-        while (by_time < len(files)
-               and files[by_time].max_timestamp_ms < now_ms - config.retention_ms):
-            by_time += 1
-    by_size = 0
-    if config.retention_bytes >= 0:
-        excess = sum(f.size for f in files) - config.retention_bytes
-        while by_size < len(files) and excess - files[by_size].size >= 0:
-            excess -= files[by_size].size
-            by_size += 1
-    return list(files[:max(by_time, by_size)])
+    """The leading files of one partition (ordered by offset) that retention drops (the same
+    rules as the brokers' local retention, on files instead of segments)."""
+    count = expired_count([(f.max_timestamp_ms, f.size) for f in files], now_ms=now_ms,
+                          retention_ms=config.retention_ms,
+                          retention_bytes=config.retention_bytes)
+    return list(files[:count])
 
 
 @dataclass

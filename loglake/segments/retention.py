@@ -31,6 +31,31 @@ def local_limits(config: TopicConfig, *, tiered: bool) -> tuple[int, int]:
     return ms, size
 
 
+def expired_count(
+    units: Sequence[tuple[int, int]],
+    *,
+    now_ms: int,
+    retention_ms: int,
+    retention_bytes: int,
+    total_bytes: int | None = None,
+) -> int:
+    """How many leading ``units`` (``(max_timestamp_ms, size_bytes)`` of segments or tiered
+    files, oldest first) Kafka's time and size rules delete: a prefix, the longer of the two.
+    ``total_bytes`` is the size the limit applies to (default: the units' sum)."""
+    by_time = 0
+    if retention_ms >= 0:
+        while by_time < len(units) and units[by_time][0] < now_ms - retention_ms:
+            by_time += 1
+    by_size = 0
+    if retention_bytes >= 0:
+        total = sum(size for _, size in units) if total_bytes is None else total_bytes
+        excess = total - retention_bytes
+        while by_size < len(units) and excess >= units[by_size][1]:
+            excess -= units[by_size][1]
+            by_size += 1
+    return max(by_time, by_size)
+
+
 def deletable_prefix(
     segments: Sequence[SegmentInfo],
     *,
@@ -47,17 +72,11 @@ def deletable_prefix(
         eligible = 0
         while eligible < len(sealed) and sealed[eligible].next_offset <= tiered_end:
             eligible += 1
-    by_time = 0
-    if retention_ms >= 0:
-        while by_time < eligible and sealed[by_time].max_timestamp < now_ms - retention_ms:
-            by_time += 1
-    by_size = 0
-    if retention_bytes >= 0:
-        excess = sum(s.size_bytes for s in segments) - retention_bytes
-        while by_size < eligible and excess >= sealed[by_size].size_bytes:
-            excess -= sealed[by_size].size_bytes
-            by_size += 1
-    count = max(by_time, by_size)
+    count = expired_count(
+        [(s.max_timestamp, s.size_bytes) for s in sealed[:eligible]], now_ms=now_ms,
+        retention_ms=retention_ms, retention_bytes=retention_bytes,
+        total_bytes=sum(s.size_bytes for s in segments),
+    )
     if count == 0:
         return None
     return segments[count].base_offset
