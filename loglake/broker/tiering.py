@@ -43,7 +43,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +53,7 @@ import pyarrow as pa
 
 from loglake.broker.faults import crash_point
 from loglake.broker.partition import Partition, Role
+from loglake.segments.batch import peek_header
 from loglake.segments.log import SegmentInfo
 from loglake.segments.retention import deletable_prefix, local_limits
 from loglake.segments.storage import Storage
@@ -185,16 +185,16 @@ class Tierer:
             self._tasks.discard(task)
 
     def _writer(self, topic: str) -> _Guarded:
-        assert self.storage is not None
-        if topic not in self._writers:
-            self._writers[topic] = _Guarded(TieredTable(self.storage, topic))
-        return self._writers[topic]
+        return self._table(self._writers, topic)
 
     def _reader(self, topic: str) -> _Guarded:
+        return self._table(self._readers, topic)
+
+    def _table(self, tables: dict[str, _Guarded], topic: str) -> _Guarded:
         assert self.storage is not None
-        if topic not in self._readers:
-            self._readers[topic] = _Guarded(TieredTable(self.storage, topic))
-        return self._readers[topic]
+        if topic not in tables:
+            tables[topic] = _Guarded(TieredTable(self.storage, topic))
+        return tables[topic]
 
     def poke(self) -> None:
         """Wake the tierer (a segment rolled or the high watermark moved)."""
@@ -320,7 +320,8 @@ class Tierer:
         await self._report(partition, progress)
 
     async def _report(self, partition: Partition, progress: _Progress) -> None:
-        """Publish tiering lag (offsets and seconds behind) for tools, at most once a second."""
+        """Publish tiering lag (offsets and seconds behind) for tools: at once when the tiered
+        end moved, otherwise at most once a second."""
         tiered_end = progress.tiered_end or partition.log_start_offset
         untiered = [s for s in partition.log.segment_infos()
                     if not s.active and s.next_offset > tiered_end]
@@ -402,11 +403,9 @@ class Tierer:
     async def log_start(self, partition: Partition) -> int:
         """The earliest offset consumers see: the table's first offset when it is below the
         local log start, else the local log start."""
-        local = partition.log_start_offset
-        if self.storage is None or local == 0:
-            return local
-        tier = await self.tier_start(partition)
-        return local if tier is None else min(tier, local)
+        if partition.log_start_offset > 0:
+            await self.tier_start(partition)  # (re)loads the cached table start
+        return self.known_log_start(partition)
 
     async def read(self, partition: Partition, offset: int, max_bytes: int,
                    min_one_batch: bool) -> bytes | None:
@@ -424,8 +423,9 @@ class Tierer:
             if rows is None:
                 return None
             batches = await asyncio.to_thread(rows_to_batches, rows)
-            chunk = _Chunk([(_BASE_OFFSET.unpack_from(data)[0], _last_offset(data), data)
-                            for data in batches])
+            headers = [peek_header(data) for data in batches]
+            chunk = _Chunk([(h.base_offset, h.last_offset, data)
+                            for h, data in zip(headers, batches, strict=True)])
             self._chunks[key] = chunk
         return chunk.slice(offset, max_bytes, min_one_batch)
 
@@ -440,16 +440,6 @@ class Tierer:
         if hit is not None and hit[0] < partition.log_start_offset:
             return hit
         return None
-
-
-_BASE_OFFSET = struct.Struct(">q")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-
-
-def _last_offset(batch: bytes) -> int:
-    """baseOffset + lastOffsetDelta of an encoded RecordBatch v2."""
-    return int(_BASE_OFFSET.unpack_from(batch)[0]) + int(_LAST_OFFSET_DELTA.unpack_from(
-        batch, 23)[0])
 
 
 def _die_with_parent(parent: int) -> None:

@@ -77,13 +77,18 @@ async def fetch(broker: Broker, frame: RequestFrame) -> Any:
                 waiter.cancel()
 
 
+def _response_budget(request: Any) -> int:
+    """The response's record-byte limit (``max_bytes``; Fetch v0-2 have none)."""
+    return max(request.max_bytes, 0) if hasattr(request, "max_bytes") else 2**31 - 1
+
+
 _TierRead = tuple[dict[str, Any], "Partition", int, int]
 
 
 def _collect(
     broker: Broker, request: Any
 ) -> tuple[list[dict[str, Any]], int, bool, list[Partition], list[_TierRead]]:
-    budget = max(request.max_bytes, 0) if hasattr(request, "max_bytes") else 2**31 - 1
+    budget = _response_budget(request)
     total = 0
     failed = False
     watched: list[Partition] = []
@@ -146,7 +151,7 @@ def _collect(
 async def _read_tier(broker: Broker, request: Any, below: list[_TierRead],
                      total: int) -> tuple[int, bool]:
     """Fill the entries of fetches below the local log start from the Delta table."""
-    budget = max(request.max_bytes, 0) if hasattr(request, "max_bytes") else 2**31 - 1
+    budget = _response_budget(request)
     added = 0
     failed = False
     for entry, partition, offset, partition_max in below:
