@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import random
 import shutil
@@ -65,7 +64,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from baselines import BenchmarkError
-from measure import Progress, format_table, log
+from measure import Progress, format_table, log, write_results
 from produce_consume import machine_info
 
 from loglake.compaction.common import Progress as JobProgress
@@ -603,10 +602,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results.load["end"] = round(os.getloadavg()[0], 2)
     log(f"done in {time.monotonic() - began:.0f} s")
     document = report(config, results, machine, started)
-    config.results_dir.mkdir(parents=True, exist_ok=True)
-    output = config.results_dir / f"compaction-{started:%Y%m%dT%H%M%SZ}.json"
-    output.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nresults written to {output}")
+    write_results(config.results_dir, f"compaction-{started:%Y%m%dT%H%M%SZ}", document)
     return 0
 
 

@@ -41,7 +41,6 @@ before each run's cluster goes down.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing
 import multiprocessing.synchronize
@@ -62,7 +61,7 @@ from typing import Any
 from baselines import BenchmarkError
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from measure import Progress, format_table, log, total_cpu_seconds
+from measure import Progress, format_table, log, total_cpu_seconds, write_results
 from produce_consume import machine_info
 from producing import timed_produce
 
@@ -573,10 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     document = report(config, runs, machine, started)
-    config.results_dir.mkdir(parents=True, exist_ok=True)
-    output = config.results_dir / f"groups-{stamp}.json"
-    output.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nresults written to {output}")
+    write_results(config.results_dir, f"groups-{stamp}", document)
     return 0
 
 

@@ -10,6 +10,7 @@ prints at most one line per ``interval`` seconds. Single-threaded use only.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 MB = 1_000_000
@@ -114,6 +116,15 @@ class PhaseSummary:
             cpu_s_per_million=statistics.median(cpu) if cpu else None,
             all_records_per_s=tuple(r.records_per_s for r in results),
         )
+
+
+def write_results(directory: Path, name: str, document: dict[str, Any]) -> Path:
+    """Write a benchmark's results as ``<directory>/<name>.json`` and say where on stdout."""
+    directory.mkdir(parents=True, exist_ok=True)
+    output = directory / f"{name}.json"
+    output.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"\nresults written to {output}")
+    return output
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import selectors
@@ -53,7 +52,15 @@ from baselines import (
     redis_produce,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
-from measure import PhaseResult, PhaseSummary, Progress, cpu_seconds, format_table, log
+from measure import (
+    PhaseResult,
+    PhaseSummary,
+    Progress,
+    cpu_seconds,
+    format_table,
+    log,
+    write_results,
+)
 from producing import ADMIN_TIMEOUT_S, timed_produce
 from profiling import ProfileSummary, PySpyRecorder, summarise
 
@@ -486,10 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     document = report(config, runs, profiles, machine, started)
-    config.results_dir.mkdir(parents=True, exist_ok=True)
-    output = config.results_dir / f"{started:%Y%m%dT%H%M%SZ}.json"
-    output.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nresults written to {output}")
+    write_results(config.results_dir, f"{started:%Y%m%dT%H%M%SZ}", document)
     return 0
 
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import shutil
 import statistics
@@ -69,6 +68,7 @@ from measure import (
     log,
     percentile,
     total_cpu_seconds,
+    write_results,
 )
 from produce_consume import machine_info
 from producing import ADMIN_TIMEOUT_S, timed_produce
@@ -638,10 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     document = report(config, summaries, latencies, profiles, runs, machine, started)
-    config.results_dir.mkdir(parents=True, exist_ok=True)
-    output = config.results_dir / f"replication-{stamp}.json"
-    output.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nresults written to {output}")
+    write_results(config.results_dir, f"replication-{stamp}", document)
     return 0
 
 

@@ -21,7 +21,6 @@ is bounded by time; the cluster is stopped (only the processes it started) also 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -32,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from measure import Progress, log
+from measure import Progress, log, write_results
 from produce_consume import machine_info
 
 from loglake.catalog.spark import register_topics
@@ -171,10 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"spark.read.parquet   : {base_rows:,} rows in {base_median:.2f} s "
           f"({base_rate:,.0f} rows/s)")
     print(f"ratio (rows/s)       : {view_rate / base_rate:.2f} (target >= 0.9)")
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    output = RESULTS_DIR / f"spark-scan-{started}.json"
-    output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"results written to {output}")
+    write_results(RESULTS_DIR, f"spark-scan-{started}", result)
     return 0
 
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import random
 import shutil
 import statistics
@@ -66,7 +65,7 @@ from baselines import BenchmarkError
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import DeltaTable
-from measure import Progress, cpu_seconds, format_table, log, percentile
+from measure import Progress, cpu_seconds, format_table, log, percentile, write_results
 from produce_consume import broker_pid, machine_info
 from producing import ADMIN_TIMEOUT_S
 
@@ -850,10 +849,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     log(f"done in {time.monotonic() - began:.0f} s")
     document = report(config, results, machine, started)
-    config.results_dir.mkdir(parents=True, exist_ok=True)
-    output = config.results_dir / f"tiering-{started:%Y%m%dT%H%M%SZ}.json"
-    output.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nresults written to {output}")
+    write_results(config.results_dir, f"tiering-{started:%Y%m%dT%H%M%SZ}", document)
     return 0
 
 
