@@ -86,6 +86,10 @@ def test_compaction_keeps_last_value_per_key(cluster, topic_name, spark):
         assert all(r.plan.eligible and not r.committed for r in dry)
         assert f"compact {topic_name}-0: would compact" in out.getvalue()
         assert not job_commits(jobs, topic_name, version)
+        # a consumer reads everything before the job: the brokers now hold a snapshot and row
+        # groups of the uncompacted table, which the job's announcement must invalidate
+        before = consume_all(bootstrap, topic_name, (0, 1), until=ends)
+        assert Counter(before) == Counter(acked)
 
         started = time.monotonic()
         results = run_compaction(jobs, spark=lambda: spark, topic=topic_name, progress=quiet())
@@ -130,6 +134,9 @@ def test_compaction_keeps_last_value_per_key(cluster, topic_name, spark):
         rows = spark_records(spark, zookeeper, topic_name)
         assert Counter(rows) == Counter(expected)
         assert not any(v is None and k and k.startswith(b"key-") for _, _, k, v in rows)
+        ends = {p: max(o for q, o, _, _ in acked if q == p) + 1 for p in (0, 1)}
+        got = consume_all(bootstrap, topic_name, (0, 1), until=ends)
+        assert Counter(got) == Counter(expected), "consumer still sees tombstones"
 
 
 def test_cleanup_jobs_under_a_live_producer_lose_nothing(cluster, topic_name, spark):

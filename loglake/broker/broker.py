@@ -103,7 +103,7 @@ class Broker:
         self.cluster_id = await self.zk_call(self._ensure_cluster_id)
         await self.zk_call(self._register)
         self._renew_lease()
-        self.catalog.watch_brokers(lambda _ids: self._soon(self._refresh_brokers))
+        self.catalog.watch_brokers(lambda _ids: self.run_soon(self._refresh_brokers))
         self.catalog.zk.DataWatch("/controller")(self._on_controller_change)
         await self._refresh_brokers_now()
         self.reconcile()
@@ -134,7 +134,7 @@ class Broker:
     async def zk_call(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(func, *args)
 
-    def _soon(self, callback: Callable[[], Any]) -> None:
+    def run_soon(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` on the event loop (callable from kazoo's threads)."""
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(callback)
@@ -144,9 +144,9 @@ class Broker:
         log.warning("ZooKeeper session state: %s", state)
         if state != KazooState.CONNECTED:
             self._lease_until = 0.0  # stop acting as leader at once
-            self._soon(self.controller.resign)
+            self.run_soon(self.controller.resign)
         else:
-            self._soon(self._after_reconnect)
+            self.run_soon(self._after_reconnect)
 
     def _after_reconnect(self) -> None:
         async def again() -> None:
@@ -213,7 +213,7 @@ class Broker:
             self.controller_id = int(controller)
             self.controller.poke()
 
-        self._soon(apply)
+        self.run_soon(apply)
 
     def _refresh_brokers(self) -> None:
         self._tasks.append(asyncio.ensure_future(self._refresh_brokers_now()))
@@ -228,7 +228,7 @@ class Broker:
         if self._reconcile_pending:
             return
         self._reconcile_pending = True
-        self._soon(self.reconcile)
+        self.run_soon(self.reconcile)
 
     def reconcile(self) -> None:
         """Make local replicas match ZooKeeper's topics (runs on the event loop)."""
@@ -262,7 +262,7 @@ class Broker:
             return uuid.UUID(int=0)
 
     def _config_watcher(self, topic: str) -> Callable[[dict[str, str]], None]:
-        return lambda _config: self._soon(lambda: self._reload_config(topic))
+        return lambda _config: self.run_soon(lambda: self._reload_config(topic))
 
     def _reload_config(self, topic: str) -> None:
         if topic in self.topics:
@@ -297,7 +297,7 @@ class Broker:
                  partition.high_watermark)
 
     def _state_watcher(self, topic: str, index: int) -> Callable[[PartitionState | None], None]:
-        return lambda state: self._soon(lambda: self._on_state(topic, index, state))
+        return lambda state: self.run_soon(lambda: self._on_state(topic, index, state))
 
     def _on_state(self, topic: str, index: int, state: PartitionState | None) -> None:
         key = (topic, index)

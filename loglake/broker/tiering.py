@@ -24,7 +24,12 @@ table (followers read the table's tiered_end themselves).
 
 Tier reads: consumer fetches below the local log start are answered from the table (one row
 group, re-encoded to the original batches, cached per partition), and the earliest offset a
-consumer sees is the table's first offset.
+consumer sees is the table's first offset. Clean-up jobs replace and remove files: after each
+such commit they announce it in ZooKeeper (``/loglake/table_changes/<topic>``); the broker
+watches that znode for every topic it has read and drops the topic's cached row groups and
+table start, and reloads the snapshot before its next read, so a consumer that starts after a
+job finished sees its result. Without announcements (ZooKeeper away) caches live at most
+READER_REFRESH_S; a file vacuumed under a stale snapshot makes the read reload and retry.
 
 Thread-safety: the Tierer lives on the broker's event loop; decoding a segment and writing its
 Parquet file run in one spawned worker process (off the broker's GIL); Delta work runs in worker
@@ -69,7 +74,9 @@ T = TypeVar("T")
 Key = tuple[str, int]
 STATUS_INTERVAL_S = 1.0
 PR_SET_PDEATHSIG = 1
-TIER_START_REFRESH_S = 5.0
+READER_REFRESH_S = 5.0
+"""Longest a broker serves tier reads from a cached snapshot when it missed a table-change
+announcement (ZooKeeper unreachable); announced changes apply at once."""
 
 
 @dataclass
@@ -137,7 +144,10 @@ class Tierer:
         self._starts: dict[Key, int | None] = {}  # tier start per partition, last seen
         self._wake: asyncio.Event | None = None
         self._last_retention = 0.0
-        self._last_start_refresh = 0.0
+        self._last_reader_refresh = 0.0
+        self._stale: set[str] = set()  # topics whose reader reloads its snapshot before a read
+        self._watched: dict[str, object] = {}  # topics watched for table changes -> token
+        self._changes: dict[str, int] = {}  # table changes seen per topic (cache generations)
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._created: set[str] = set()  # topics whose table this broker saw exist
         self._checkpointing: set[str] = set()
@@ -188,7 +198,41 @@ class Tierer:
         return self._table(self._writers, topic)
 
     def _reader(self, topic: str) -> _Guarded:
+        self._watch_changes(topic)
         return self._table(self._readers, topic)
+
+    def _watch_changes(self, topic: str) -> None:
+        """Start watching the topic's table-change announcements (once per topic; registered
+        off the event loop: it talks to ZooKeeper). Called before anything of the table is
+        cached."""
+        if topic in self._watched:
+            return
+        token = self._watched[topic] = object()
+
+        def changed() -> None:
+            self.broker.run_soon(lambda: self._table_changed(topic))
+
+        def watch() -> None:
+            self.broker.catalog.watch_table_changes(
+                topic, changed, alive=lambda: self._watched.get(topic) is token)
+
+        async def register() -> None:
+            try:
+                await asyncio.to_thread(watch)
+            except Exception:
+                log.warning("cannot watch table changes of %s; reloading every %g s",
+                            topic, READER_REFRESH_S, exc_info=True)
+
+        self._tasks.add(asyncio.ensure_future(register()))
+
+    def _table_changed(self, topic: str) -> None:
+        """A clean-up job replaced or removed files of ``topic``: forget what was cached."""
+        self._stale.add(topic)
+        self._changes[topic] = self._changes.get(topic, 0) + 1
+        for key in [k for k in self._chunks if k[0] == topic]:
+            del self._chunks[key]
+        for key in [k for k in self._starts if k[0] == topic]:
+            del self._starts[key]
 
     def _table(self, tables: dict[str, _Guarded], topic: str) -> _Guarded:
         assert self.storage is not None
@@ -204,6 +248,9 @@ class Tierer:
     def forget_topic(self, topic: str) -> None:
         self._writers.pop(topic, None)
         self._readers.pop(topic, None)
+        self._stale.discard(topic)
+        self._changes.pop(topic, None)
+        self._watched.pop(topic, None)
         self._created.discard(topic)
         for key in [k for k in self._progress if k[0] == topic]:
             del self._progress[key]
@@ -255,16 +302,17 @@ class Tierer:
             if time.monotonic() - self._last_retention >= check:
                 self._last_retention = time.monotonic()
                 await self._retention_pass()
-            if time.monotonic() - self._last_start_refresh >= TIER_START_REFRESH_S:
-                # retention and compaction jobs move the table's first offset: forget the
-                # cached ones (the next fetch or ListOffsets below the local log reloads them)
-                self._last_start_refresh = time.monotonic()
-                self._starts.clear()
+            if time.monotonic() - self._last_reader_refresh >= READER_REFRESH_S:
+                # in case an announcement of a clean-up job was missed
+                self._last_reader_refresh = time.monotonic()
+                for topic in {topic for topic, _ in self._starts} | set(self._readers):
+                    self._table_changed(topic)
 
     async def _load_progress(self, partition: Partition) -> _Progress:
         key = (partition.topic, partition.index)
         progress = self._progress.get(key)
         if progress is None or progress.leader_epoch != partition.leader_epoch:
+            self._watch_changes(partition.topic)
             writer = self._writer(partition.topic)
             end = await writer.call(writer.table.tiered_end, partition.index)
             start = await writer.call(writer.table.start_offset, partition.index)
@@ -390,8 +438,10 @@ class Tierer:
         if self._starts.get(key) is not None:
             return self._starts[key]
         reader = self._reader(partition.topic)
+        generation = self._changes.get(partition.topic, 0)
         start = await reader.call(_refreshed_start, reader.table, partition.index)
-        self._starts[key] = start
+        if self._changes.get(partition.topic, 0) == generation:
+            self._starts[key] = start
         return start
 
     def known_log_start(self, partition: Partition) -> int:
@@ -417,8 +467,16 @@ class Tierer:
         chunk = self._chunks.get(key)
         if chunk is None or not chunk.covers(offset):
             reader = self._reader(partition.topic)
-            rows = await reader.call(reader.table.read_chunk, partition.index, offset)
-            if rows is None:
+            generation = self._changes.get(partition.topic, 0)
+            rows = None
+            if partition.topic in self._stale:
+                self._stale.discard(partition.topic)
+            else:
+                try:
+                    rows = await reader.call(reader.table.read_chunk, partition.index, offset)
+                except FileNotFoundError:  # vacuumed under an old snapshot: reload below
+                    log.info("tier file of %s gone; reloading the snapshot", partition.name)
+            if rows is None:  # the snapshot is stale or may miss newer files
                 rows = await reader.call(_refreshed_chunk, reader.table, partition.index, offset)
             if rows is None:
                 return None
@@ -426,7 +484,8 @@ class Tierer:
             headers = [peek_header(data) for data in batches]
             chunk = _Chunk([(h.base_offset, h.last_offset, data)
                             for h, data in zip(headers, batches, strict=True)])
-            self._chunks[key] = chunk
+            if self._changes.get(partition.topic, 0) == generation:
+                self._chunks[key] = chunk  # (not if the table changed while reading)
         return chunk.slice(offset, max_bytes, min_one_batch)
 
     async def offset_for_timestamp(self, partition: Partition,

@@ -15,6 +15,10 @@ Layout (JSON values, as Kafka writes them)::
                                                       live (options without secrets)
     /loglake/tiering/<topic>/<p>                     {"tiered_end","tier_start","lag_offsets",
                                                       "lag_seconds","leader","updated_ms"}
+    /loglake/table_changes/<topic>                   {"version","operation","updated_ms"}: set
+                                                      by clean-up jobs after a commit that
+                                                      removed files; brokers watch it and drop
+                                                      their cached view of the table
 
 Invariants: a topic exists once its assignment znode exists; creation writes assignment, config
 and every partition state in one multi-op transaction, so readers never see a partial topic.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +59,7 @@ TOPIC_CONFIGS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 STORAGE = "/loglake/storage"
 TIERING = "/loglake/tiering"
+TABLE_CHANGES = "/loglake/table_changes"
 _SECRET_MARKERS = ("secret", "password", "token", "access_key", "credential")
 
 
@@ -231,8 +237,9 @@ class ClusterCatalog:
         self.zk.delete(f"{TOPICS}/{name}", recursive=True)
         with contextlib.suppress(NoNodeError):
             self.zk.delete(f"{TOPIC_CONFIGS}/{name}")
-        with contextlib.suppress(NoNodeError):
-            self.zk.delete(f"{TIERING}/{name}", recursive=True)
+        for path in (f"{TIERING}/{name}", f"{TABLE_CHANGES}/{name}"):
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(path, recursive=True)
         self.zk.delete(f"{DELETE_TOPICS}/{name}")
 
     # ---- configs
@@ -386,6 +393,33 @@ class ClusterCatalog:
         except NoNodeError:
             with contextlib.suppress(NodeExistsError):
                 self.zk.create(path, value, makepath=True)
+
+    def announce_table_change(self, topic: str, version: int, operation: str) -> None:
+        """Tell every broker that ``topic``'s table lost files at ``version`` (a clean-up job
+        committed): they drop cached file lists and row groups (see watch_table_changes)."""
+        path = f"{TABLE_CHANGES}/{topic}"
+        value = _dump({"version": version, "operation": operation,
+                       "updated_ms": int(time.time() * 1000)})
+        try:
+            self.zk.set(path, value)
+        except NoNodeError:
+            try:
+                self.zk.create(path, value, makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, value)
+
+    def watch_table_changes(self, topic: str, callback: Callable[[], Any],
+                            alive: Callable[[], bool]) -> None:
+        """Call ``callback`` now and after every :meth:`announce_table_change` of ``topic``
+        (on kazoo's thread), until ``alive()`` turns false."""
+
+        def on_change(_data: bytes | None, _stat: Any) -> bool | None:
+            if not alive():
+                return False
+            callback()
+            return None
+
+        self.zk.DataWatch(f"{TABLE_CHANGES}/{topic}")(on_change)
 
     def tiering_status(self, topic: str) -> dict[int, dict[str, Any]]:
         """Partition -> the status its leader last reported (see the layout above)."""

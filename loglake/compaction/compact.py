@@ -251,7 +251,10 @@ def run_compaction(cluster: Cluster, *, spark: Callable[[], SparkSession],
     for target in cluster.targets(topic):
         if "compact" not in target.config.cleanup_policy:
             continue
-        results += compact_topic(TieredTable(cluster.storage, target.topic), target.config,
-                                 cluster.partitions(target.topic), spark=spark,
-                                 dry_run=dry_run, progress=progress, clock=clock)
+        table = TieredTable(cluster.storage, target.topic)
+        done = compact_topic(table, target.config, cluster.partitions(target.topic),
+                             spark=spark, dry_run=dry_run, progress=progress, clock=clock)
+        if any(r.committed for r in done):
+            cluster.announce(table, "compact")
+        results += done
     return results

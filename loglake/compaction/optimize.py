@@ -112,8 +112,11 @@ def run_optimize(cluster: Cluster, *, topic: str | None = None, dry_run: bool = 
         table = TieredTable(cluster.storage, target.topic)
         if not table.exists():
             continue
-        for partition in cluster.partitions(target.topic):
-            results.append(optimize_partition(
-                table, partition, dry_run=dry_run, small_bytes=small_bytes,
-                target_bytes=target_bytes, progress=progress))
+        done = [optimize_partition(table, partition, dry_run=dry_run,
+                                   small_bytes=small_bytes, target_bytes=target_bytes,
+                                   progress=progress)
+                for partition in cluster.partitions(target.topic)]
+        if any(r.committed for r in done):
+            cluster.announce(table, "optimize")
+        results += done
     return results

@@ -118,6 +118,9 @@ def run_retention(cluster: Cluster, *, topic: str | None = None, dry_run: bool =
         if "delete" not in target.config.cleanup_policy:
             continue
         table = TieredTable(cluster.storage, target.topic)
-        results.append(retain_topic(table, target.config, cluster.partitions(target.topic),
-                                    dry_run=dry_run, progress=progress, clock=clock))
+        result = retain_topic(table, target.config, cluster.partitions(target.topic),
+                              dry_run=dry_run, progress=progress, clock=clock)
+        if result.committed:
+            cluster.announce(table, "retention")
+        results.append(result)
     return results
