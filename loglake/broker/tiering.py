@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from loglake.broker.faults import crash_point
 from loglake.broker.partition import Partition, Role
+from loglake.faults import crash_point
 from loglake.segments.batch import peek_header
 from loglake.segments.log import SegmentInfo
 from loglake.segments.retention import deletable_prefix, local_limits
@@ -474,7 +474,7 @@ class Tierer:
             else:
                 try:
                     rows = await reader.call(reader.table.read_chunk, partition.index, offset)
-                except FileNotFoundError:  # vacuumed under an old snapshot: reload below
+                except OSError:  # e.g. vacuumed under an old snapshot: reload and retry below
                     log.info("tier file of %s gone; reloading the snapshot", partition.name)
             if rows is None:  # the snapshot is stale or may miss newer files
                 rows = await reader.call(_refreshed_chunk, reader.table, partition.index, offset)

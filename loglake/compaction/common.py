@@ -38,6 +38,7 @@ from deltalake.transaction import AddAction
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.config import TopicConfig
 from loglake.errors import LoglakeError, UnknownTopicError
+from loglake.faults import crash_point
 from loglake.segments.storage import Storage
 from loglake.segments.tier_rows import PARTITION_COLUMN, TABLE_SCHEMA
 from loglake.segments.tiered_table import PendingFile, TieredTable, TierFile
@@ -142,12 +143,14 @@ def commit_replace(
         app_transactions=[Transaction(app, version) for app, version in app_transactions],
         custom_metadata={"loglake.operation": operation, **(metadata or {})},
     )
+    crash_point(f"{operation}-before-commit")  # new files written, none referenced yet
     table.table().create_write_transaction(
         actions, "append", TABLE_SCHEMA, partition_by=[PARTITION_COLUMN],
         commit_properties=properties,
         post_commithook_properties=PostCommitHookProperties(
             create_checkpoint=False, cleanup_expired_logs=False),
     )
+    crash_point(f"{operation}-after-commit")  # committed; brokers not told yet
 
 
 def backoff(attempt: int) -> None:
