@@ -18,11 +18,16 @@ import argparse
 import collections
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from loglake import demo_jobs
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.client import Admin, BrokerError, Consumer, Producer
 from loglake.client.model import TopicInfo
 from loglake.dev import cluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 TOPIC = "demo.clicks"
 PARTITIONS = 3
@@ -51,7 +56,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"    {line}")
     try:
         _scenario(args.data, info.bootstrap_servers, args.records)
-        _tiered_query(info.zookeeper_connect)
+        status = _wait_tiering(info.zookeeper_connect)
+        from loglake.catalog.sql_cli import quiet_session
+
+        spark = quiet_session("local[2]")
+        try:
+            _tiered_query(info.zookeeper_connect, spark, status)
+            demo_jobs.run(info.bootstrap_servers, info.zookeeper_connect, spark,
+                          replicas=BROKERS)
+        finally:
+            spark.stop()
     finally:
         print("==> shutting the cluster down")
         cluster.down(args.data)
@@ -146,8 +160,8 @@ def _wait_for_full_isr(admin: Admin, *, timeout: float) -> None:
     raise RuntimeError(f"{TOPIC} did not reach a full ISR within {timeout:g} s")
 
 
-def _tiered_query(zookeeper: str) -> None:
-    """Wait for the tierer, then count the topic with Spark SQL (Delta history + hot tail)."""
+def _wait_tiering(zookeeper: str) -> dict[int, dict[str, object]]:
+    """Wait for the tierer to tier every sealed segment; the tiering status per partition."""
     print("==> waiting for the tierer to move sealed segments into the Delta table")
     catalog = ClusterCatalog(zookeeper)
     catalog.start()
@@ -169,21 +183,21 @@ def _tiered_query(zookeeper: str) -> None:
         tiered, high = entry.get("tiered_end") or 0, entry.get("high_watermark") or 0
         print(f"    partition {partition}: offsets [0, {tiered}) in Delta, "
               f"[{tiered}, {high}) only on the brokers")
+    return status
 
+
+def _tiered_query(zookeeper: str, spark: SparkSession,
+                  status: dict[int, dict[str, object]]) -> None:
+    """Count the topic with Spark SQL (Delta history + hot tail)."""
     print("==> Spark SQL over the topic: one view = Delta history (native Parquet) + hot tail")
     from loglake.catalog.spark import register_topics
-    from loglake.catalog.sql_cli import quiet_session
 
-    spark = quiet_session("local[2]")
-    try:
-        register_topics(spark, zookeeper=zookeeper, topics=[TOPIC])
-        query = (f"SELECT partition, count(*) AS records, count(DISTINCT offset) AS distinct, "
-                 f"min(offset) AS first, max(offset) AS last FROM `{TOPIC}` "
-                 f"GROUP BY partition ORDER BY partition")
-        print(f"    {query}")
-        rows = spark.sql(query).collect()
-    finally:
-        spark.stop()
+    register_topics(spark, zookeeper=zookeeper, topics=[TOPIC])
+    query = (f"SELECT partition, count(*) AS records, count(DISTINCT offset) AS distinct, "
+             f"min(offset) AS first, max(offset) AS last FROM `{TOPIC}` "
+             f"GROUP BY partition ORDER BY partition")
+    print(f"    {query}")
+    rows = spark.sql(query).collect()
     complete = True
     for row in rows:
         high = int(status.get(row["partition"], {}).get("high_watermark") or 0)  # type: ignore[call-overload]

@@ -11,11 +11,11 @@ from collections import Counter
 
 from loglake.client.admin import Admin
 from loglake.compaction.common import Cluster, Progress
-from loglake.compaction.compact import cleaned_end, plan_partition, run_compaction
+from loglake.compaction.compact import plan_partition, run_compaction
 from loglake.compaction.optimize import run_optimize
 from loglake.compaction.retention import run_retention
 from loglake.config import TopicConfig
-from loglake.segments.tiered_table import TieredTable, TierFile
+from loglake.segments.tiered_table import TieredTable, TierFile, cleaned_end
 from tests.admin_util import create_topic
 from tests.compaction_util import (
     BackgroundProducer,
@@ -27,6 +27,7 @@ from tests.compaction_util import (
     quiet,
     spark_records,
     table_version,
+    watermarks,
 )
 from tests.tiering_util import wait_local_start, wait_tiered
 
@@ -176,3 +177,39 @@ def test_cleanup_jobs_under_a_live_producer_lose_nothing(cluster, topic_name, sp
     for key in (b"hot-%d" % k for k in range(5)):
         last = max((r for r in acked if r[2] == key), key=lambda r: r[1])
         assert last in present, f"latest value of {key!r} lost"
+
+
+def test_compaction_supersedes_the_brokers_local_copies(cluster, topic_name, spark):
+    """Local segments are kept (default local retention: a week), yet once the table is
+    compacted the brokers drop the local copies below the cleaned offset (they would serve the
+    uncompacted records), and a consumer from offset 0 reads the compacted log."""
+    bootstrap, zookeeper = cluster.bootstrap_servers, cluster.zookeeper_connect
+    create_topic(bootstrap, topic_name, partitions=2, config={
+        "cleanup.policy": "compact", "segment.bytes": "40000", "file.delete.delay.ms": "0"})
+    specs = [Spec(i % 2, b"key-%d" % (i % 300), b"v-%d" % i) for i in range(6000)]
+    acked = produce_specs(bootstrap, topic_name, specs + _fillers(0, 1500))
+    ends = {p: max(o for q, o, _, _ in acked if q == p) + 1 for p in (0, 1)}
+    keyed_end = max(o for _, o, k, _ in acked if k and k.startswith(b"key-")) + 1
+    wait_tiered(cluster.storage_url, topic_name, (0, 1), at_least=keyed_end, timeout=90)
+    time.sleep(1.5)  # a few local retention checks: the local copies stay (nothing expired)
+    assert watermarks_low(bootstrap, topic_name) == {0: 0, 1: 0}
+    assert Counter(consume_all(bootstrap, topic_name, (0, 1), until=ends)) == Counter(acked)
+
+    with Cluster(zookeeper) as jobs:
+        assert all(r.committed for r in run_compaction(jobs, spark=lambda: spark,
+                                                       topic=topic_name, progress=quiet()))
+        table = TieredTable(jobs.storage, topic_name)
+        table.table(refresh=True)
+        cleaned = {p: cleaned_end(table, p) for p in (0, 1)}
+    assert all(end >= keyed_end for end in cleaned.values()), cleaned
+    starts = wait_local_start(zookeeper, topic_name, (0, 1), above=min(cleaned.values()) - 1,
+                              timeout=30)
+    assert all(starts[p] == cleaned[p] for p in (0, 1)), (starts, cleaned)
+    expected = compacted_model(acked, cleaned)
+    assert len(expected) < len(acked) // 2
+    assert Counter(consume_all(bootstrap, topic_name, (0, 1), until=ends)) == Counter(expected)
+    assert watermarks_low(bootstrap, topic_name) == {0: 0, 1: 0}  # the earliest offset stays
+
+
+def watermarks_low(bootstrap: str, topic: str) -> dict[int, int]:
+    return {p: watermarks(bootstrap, topic, p)[0] for p in (0, 1)}

@@ -24,8 +24,8 @@ import pytest
 from confluent_kafka import Producer
 
 from loglake.compaction.common import Cluster
-from loglake.compaction.compact import cleaned_end, run_compaction
-from loglake.segments.tiered_table import TieredTable
+from loglake.compaction.compact import run_compaction
+from loglake.segments.tiered_table import TieredTable, cleaned_end
 from tests.admin_util import create_topic
 from tests.compaction_util import Record, consume_all, quiet, spark_records, watermarks
 from tests.spark_session import wait_tiered

@@ -24,11 +24,10 @@ from pathlib import Path
 import pytest
 
 from loglake.compaction.common import Cluster
-from loglake.compaction.compact import cleaned_end
 from loglake.compaction.vacuum import run_vacuum
 from loglake.dev.harness import DevCluster
 from loglake.faults import ENV as CRASH_ENV
-from loglake.segments.tiered_table import TieredTable
+from loglake.segments.tiered_table import TieredTable, cleaned_end
 from tests.admin_util import create_topic
 from tests.compaction_util import (
     Record,

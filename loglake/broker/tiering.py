@@ -20,7 +20,9 @@ The tierer is woken when a segment rolls or the high watermark moves and also ru
 
 Local retention (every ``log.retention.check.interval.ms``, every hosted replica): deletes the
 oldest local segments per segments/retention.py; on tiered topics only segments already in the
-table (followers read the table's tiered_end themselves).
+table (followers read the table's tiered_end themselves), and on compacted tiered topics every
+segment below the compaction job's cleaned offset (the table holds the compacted copy; a
+compaction announcement triggers the pass at once).
 
 Tier reads: consumer fetches below the local log start are answered from the table (one row
 group, re-encoded to the original batches, cached per partition), and the earliest offset a
@@ -63,7 +65,7 @@ from loglake.segments.log import SegmentInfo
 from loglake.segments.retention import deletable_prefix, local_limits
 from loglake.segments.storage import Storage
 from loglake.segments.tier_rows import rows_to_batches
-from loglake.segments.tiered_table import TieredTable, write_segment_file
+from loglake.segments.tiered_table import TieredTable, cleaned_end, write_segment_file
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
@@ -210,7 +212,7 @@ class Tierer:
         token = self._watched[topic] = object()
 
         def changed() -> None:
-            self.broker.run_soon(lambda: self._table_changed(topic))
+            self.broker.run_soon(lambda: self._table_changed(topic, announced=True))
 
         def watch() -> None:
             self.broker.catalog.watch_table_changes(
@@ -225,10 +227,14 @@ class Tierer:
 
         self._tasks.add(asyncio.ensure_future(register()))
 
-    def _table_changed(self, topic: str) -> None:
-        """A clean-up job replaced or removed files of ``topic``: forget what was cached."""
+    def _table_changed(self, topic: str, *, announced: bool = False) -> None:
+        """A clean-up job replaced or removed files of ``topic`` (``announced``) or the
+        periodic reload is due: forget what was cached."""
         self._stale.add(topic)
         self._changes[topic] = self._changes.get(topic, 0) + 1
+        if announced:  # a compaction may have made local segments stale: check them now
+            self._last_retention = 0.0
+            self.poke()
         for key in [k for k in self._chunks if k[0] == topic]:
             del self._chunks[key]
         for key in [k for k in self._starts if k[0] == topic]:
@@ -404,6 +410,7 @@ class Tierer:
             try:
                 tiered = self.tiered(partition.topic)
                 tiered_end: int | None = None
+                compacted = 0
                 if tiered:
                     progress = self._progress.get(key)
                     if partition.role is Role.LEADER and progress is not None:
@@ -413,12 +420,17 @@ class Tierer:
                         tiered_end = await reader.call(reader.table.tiered_end, partition.index)
                     if tiered_end is None:
                         continue  # nothing tiered yet: keep everything
+                    if "compact" in partition.config.cleanup_policy:
+                        reader = self._reader(partition.topic)
+                        compacted = await reader.call(_refreshed_cleaned_end, reader.table,
+                                                      partition.index)
                 retention_ms, retention_bytes = local_limits(partition.config, tiered=tiered)
                 if self.broker.partitions.get(key) is not partition:
                     continue
                 new_start = deletable_prefix(
                     partition.log.segment_infos(), now_ms=now_ms, retention_ms=retention_ms,
                     retention_bytes=retention_bytes, tiered_end=tiered_end,
+                    cleaned_end=compacted,
                 )
                 if new_start is not None and new_start <= partition.high_watermark:
                     deleted = partition.log.delete_segments_before(new_start)
@@ -514,6 +526,11 @@ def _die_with_parent(parent: int) -> None:
 def _refreshed_start(table: TieredTable, partition: int) -> int | None:
     table.files(partition, refresh=True)
     return table.start_offset(partition)
+
+
+def _refreshed_cleaned_end(table: TieredTable, partition: int) -> int:
+    table.table(refresh=True)
+    return cleaned_end(table, partition)
 
 
 def _refreshed_chunk(table: TieredTable, partition: int, offset: int) -> pa.Table | None:

@@ -158,15 +158,17 @@ def backoff(attempt: int) -> None:
 
 
 class Progress:
-    """Prints one line per partition (``out``, default stdout) and keeps them for tests."""
+    """Prints one line per partition (``out``, default stdout; each after ``prefix``) and
+    keeps them for tests."""
 
-    def __init__(self, out: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, *, prefix: str = "") -> None:
         self.out = out
+        self.prefix = prefix
         self.lines: list[str] = []
 
     def line(self, text: str) -> None:
         self.lines.append(text)
-        print(text, file=self.out or sys.stdout, flush=True)
+        print(self.prefix + text, file=self.out or sys.stdout, flush=True)
 
 
 @contextmanager

@@ -57,22 +57,19 @@ from loglake.compaction.common import (
 from loglake.compaction.rewrite import RewriteOutcome, RewritePlan, rewrite_partition
 from loglake.config import TopicConfig
 from loglake.segments.storage import Storage
-from loglake.segments.tiered_table import PendingFile, TieredTable, TierFile
+from loglake.segments.tiered_table import (
+    PendingFile,
+    TieredTable,
+    TierFile,
+    cleaned_end,
+    compact_app_id,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROUNDS = 3
 """Plan-rewrite-commit rounds per run (partitions that lost a race go to the next round)."""
-
-
-def compact_app_id(topic: str, partition: int) -> str:
-    return f"loglake.compact:{topic}-{partition}"
-
-
-def cleaned_end(table: TieredTable, partition: int) -> int:
-    version = table.table().transaction_version(compact_app_id(table.topic, partition))
-    return 0 if version is None else int(version)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@ active segment is never deleted here), oldest first, as one prefix:
   (-1: no limit);
 * tiering (KIP-405): when the topic is tiered, only segments wholly below ``tiered_end`` (one
   past the last offset committed to the Delta table) may go, and the limits are the
-  ``local.retention.*`` ones (-2 means "use retention.*").
+  ``local.retention.*`` ones (-2 means "use retention.*");
+* compaction (loglake): when the compaction job cleaned the tiered copy up to ``cleaned_end``,
+  the local segments wholly below it are stale copies of records the table has compacted
+  away: they go whatever the limits, so consumers read the compacted copy.
 
 Pure functions, thread-safe.
 """
@@ -63,9 +66,11 @@ def deletable_prefix(
     retention_ms: int,
     retention_bytes: int,
     tiered_end: int | None,
+    cleaned_end: int = 0,
 ) -> int | None:
     """The new local start offset (base offset of the first segment kept) if retention
-    deletes any segment, else None. ``tiered_end`` None means the topic is not tiered."""
+    deletes any segment, else None. ``tiered_end`` None means the topic is not tiered;
+    ``cleaned_end`` (tiered topics) is where the table's compaction reached."""
     sealed = [s for s in segments if not s.active]
     eligible = len(sealed)
     if tiered_end is not None:
@@ -77,6 +82,9 @@ def deletable_prefix(
         retention_ms=retention_ms, retention_bytes=retention_bytes,
         total_bytes=sum(s.size_bytes for s in segments),
     )
+    if tiered_end is not None:
+        while count < eligible and sealed[count].next_offset <= cleaned_end:
+            count += 1
     if count == 0:
         return None
     return segments[count].base_offset

@@ -98,7 +98,20 @@ class PendingFile:
 
 
 def app_id(topic: str, partition: int) -> str:
+    """The app transaction whose version is the partition's last tiered offset."""
     return f"{topic}-{partition}"
+
+
+def compact_app_id(topic: str, partition: int) -> str:
+    """The app transaction whose version is one past the partition's last compacted offset
+    (written by the compaction job's commits)."""
+    return f"loglake.compact:{topic}-{partition}"
+
+
+def cleaned_end(table: TieredTable, partition: int) -> int:
+    """One past the last offset compaction cleaned in the snapshot ``table`` holds (0: none)."""
+    version = table.table().transaction_version(compact_app_id(table.topic, partition))
+    return 0 if version is None else int(version)
 
 
 def _iso(us: int) -> str:
