@@ -1,4 +1,4 @@
-"""``loglake demo``: the main job on the embedded default, end to end, in about half a minute.
+"""``loglake demo``: the main job on the embedded default, end to end, in about a minute.
 
 Starts a local ZooKeeper and three brokers (``loglake dev up``), creates a replicated topic
 (RF=3, min.insync.replicas=2), produces sample traffic with the SDK (keyed, with headers,
@@ -7,8 +7,9 @@ fails over, restarts the killed broker and waits until it is back in sync, consu
 back, checks that every record arrived exactly once and in order per partition; then waits for
 the tierer to move the sealed segments into the topic's Delta table and runs a Spark SQL query
 over the topic, whose rows come partly from the Delta table and partly from the brokers' hot
-tail, checking that it sees every record exactly once. It prints what happened and shuts
-everything down (``loglake dev down``) even when a step fails. Data stays in ``--data`` so a
+tail, checking that it sees every record exactly once; last, runs the clean-up jobs and shows
+their effect (loglake/demo_jobs.py: compaction of a profiles topic, retention of an events topic).
+It prints what happened and shuts everything down (``loglake dev down``) even when a step fails. Data stays in ``--data`` so a
 second run shows the log growing across restarts.
 """
 

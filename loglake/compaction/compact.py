@@ -43,7 +43,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
@@ -54,6 +54,7 @@ from loglake.compaction.common import (
     backoff,
     commit_replace,
 )
+from loglake.compaction.progress import SparkProgress
 from loglake.compaction.rewrite import RewriteOutcome, RewritePlan, rewrite_partition
 from loglake.config import TopicConfig
 from loglake.segments.storage import Storage
@@ -131,13 +132,15 @@ def _rewrite_task(storage: Storage, plan_json: str) -> str:
     return rewrite_partition(storage, RewritePlan.from_json(plan_json)).to_json()
 
 
-def _run_tasks(spark: SparkSession, storage: Storage, plans: list[RewritePlan]
-               ) -> list[RewriteOutcome]:
+def _run_tasks(spark: SparkSession, storage: Storage, plans: list[RewritePlan],
+               out: TextIO | None = None) -> list[RewriteOutcome]:
     """One Spark task per plan: rewrite and return the written files' metadata. (An RDD of
     plans: ``mapInArrow`` would need pandas on the workers, and plans are a handful of
     strings.)"""
     rdd = spark.sparkContext.parallelize([p.to_json() for p in plans], len(plans))
-    outcomes = rdd.map(functools.partial(_rewrite_task, storage)).collect()
+    label = f"compact {plans[0].topic}: rewriting {len(plans)} partition(s)"
+    with SparkProgress(spark.sparkContext, label, out=out):
+        outcomes = rdd.map(functools.partial(_rewrite_task, storage)).collect()
     return [RewriteOutcome.from_json(text) for text in outcomes]
 
 
@@ -174,7 +177,7 @@ def compact_topic(table: TieredTable, config: TopicConfig, partitions: Sequence[
                 plans[partition] = plan
         if not plans:
             break
-        outcomes = _run_tasks(spark(), table.storage, [
+        outcomes = _run_tasks(spark(), table.storage, out=progress.out, plans=[
             RewritePlan(table.topic, p, tuple(f.uri for f in plan.files), plan.cleanable_end,
                         now_ms, config.delete_retention_ms)
             for p, plan in plans.items()])
