@@ -9,8 +9,8 @@ the tierer to move the sealed segments into the topic's Delta table and runs a S
 over the topic, whose rows come partly from the Delta table and partly from the brokers' hot
 tail, checking that it sees every record exactly once; last, runs the clean-up jobs and shows
 their effect (loglake/demo_jobs.py: compaction of a profiles topic, retention of an events topic).
-It prints what happened and shuts everything down (``loglake dev down``) even when a step fails. Data stays in ``--data`` so a
-second run shows the log growing across restarts.
+It prints what happened and shuts everything down (``loglake dev down``) even when a step
+fails. Data stays in ``--data`` so a second run shows the log growing across restarts.
 """
 
 from __future__ import annotations

@@ -385,3 +385,32 @@ def test_kip101_divergent_follower_becomes_leader(tmp_path: Path) -> None:
         assert [on_a[o] for o in range(110, 120)] == [drained.by_place()[(0, o)]
                                                       for o in range(110, 120)]
         print(f"kip101: {steps}")
+
+
+@pytest.mark.timeout(120)
+def test_sdk_admin_keeps_describing_after_the_controller_dies(tmp_path: Path) -> None:
+    """An Admin that last saw broker C as controller still describes topics (from a live
+    broker, within seconds) after C is SIGKILLed, before and after the new controller takes
+    over (librdkafka's DescribeTopics would wait for the dead controller)."""
+    import json
+
+    from loglake.client import Admin
+
+    topic = "admin-after-controller"
+    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=NO_REBALANCE) as dev, \
+            broker_logs_on_failure(dev), ZooKeeperView(dev.zookeeper_connect) as zk, \
+            Admin(dev.bootstrap_servers, timeout=20) as admin:
+        create_replicated_topic(dev.bootstrap_servers, topic, partitions=3)
+        assert len(admin.describe_topic(topic).partitions) == 3
+        controller = int(json.loads(zk.zk.get("/controller")[0])["brokerid"])
+        dev.kill_broker(controller)
+        started = time.monotonic()
+        info = admin.describe_topic(topic)
+        assert len(info.partitions) == 3 and time.monotonic() - started < 10
+        deadline = time.monotonic() + 40  # the session timeout (6 s), then the election
+        while time.monotonic() < deadline:
+            info = admin.describe_topic(topic)
+            if all(p.leader not in (-1, controller) for p in info.partitions):
+                break
+            time.sleep(0.5)
+        assert all(p.leader not in (-1, controller) for p in info.partitions), info

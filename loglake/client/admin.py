@@ -22,7 +22,7 @@ from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     KafkaError,
-    TopicCollection,
+    KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import (
@@ -60,6 +60,7 @@ from loglake.client.model import (
 T = TypeVar("T")
 
 _POLL_INTERVAL_S = 0.05
+_METADATA_FIRST_ATTEMPT_S = 1.0
 _METADATA_WAIT_STEP_S = 0.1
 
 _SOURCES: dict[int, ConfigSource] = {
@@ -403,10 +404,24 @@ class Admin:
         )
 
     def _metadata(self, operation: str, limit: float) -> ClusterMetadata:
-        try:
-            return self._admin.list_topics(timeout=limit)
-        except Exception as exc:
-            raise self._map(exc, operation, limit) from exc
+        """Cluster metadata within ``limit`` s, asked in attempts of growing length: librdkafka
+        retries a metadata request on the broker it first picked, and when that broker died
+        it waits for it (reconnect backoff up to 10 s) instead of asking a live one; a new
+        attempt goes to a broker that is up."""
+        deadline = time.monotonic() + limit
+        attempt = _METADATA_FIRST_ATTEMPT_S
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return self._admin.list_topics(timeout=max(min(attempt, remaining), 0.01))
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                timed_out = isinstance(error, KafkaError) and error.code() == KafkaError._TIMED_OUT
+                if not timed_out or time.monotonic() >= deadline:
+                    raise self._map(exc, operation, limit) from exc
+            except Exception as exc:
+                raise self._map(exc, operation, limit) from exc
+            attempt *= 2
 
     def _topics(self, operation: str, limit: float) -> dict[str, TopicInfo]:
         metadata = self._metadata(operation, limit)
@@ -417,24 +432,11 @@ class Admin:
         }
 
     def _describe(self, name: str, operation: str, limit: float) -> TopicInfo | None:
-        """One topic via DescribeTopics (never auto-creates it); ``None`` if it does not exist."""
-        futures = self._admin.describe_topics(TopicCollection([name]), request_timeout=limit)
-        try:
-            description = self._wait(futures[name], operation, limit)
-        except BrokerError as exc:
-            if exc.code == ErrorCode.unknown_topic_or_partition:
-                return None
-            raise
-        partitions = tuple(
-            PartitionInfo(
-                partition=p.id,
-                leader=-1 if p.leader is None else p.leader.id,
-                replicas=tuple(node.id for node in p.replicas),
-                isr=tuple(node.id for node in p.isr),
-            )
-            for p in sorted(description.partitions, key=lambda p: p.id)
-        )
-        return TopicInfo(name=name, partitions=partitions)
+        """One topic from a Metadata request for all topics, answered by any live broker (so
+        it never auto-creates the topic); ``None`` if it does not exist. Not DescribeTopics:
+        librdkafka sends that to the controller it last heard of and, when that broker died,
+        waits for it until its next metadata refresh (minutes)."""
+        return self._topics(operation, limit).get(name)
 
     def _wait_until(
         self,
