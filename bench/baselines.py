@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import cast
 
 import redis
-from measure import PhaseResult, Progress, cpu_seconds, log
+from measure import BenchmarkError, PhaseResult, Progress, cpu_seconds, log
 
 from loglake.dev.net import LOOPBACK, free_port_block
 from loglake.segments.records import Record, encode_batch
@@ -34,10 +34,6 @@ REDIS_STOP_TIMEOUT_S = 10.0
 XRANGE_CHUNK = 10_000
 PROGRESS_EVERY = 10_000
 """Records between two checks of the clock (progress line and deadline)."""
-
-
-class BenchmarkError(RuntimeError):
-    """A phase failed or broke its bounds (count mismatch, deadline, process exit)."""
 
 
 class RedisServer:

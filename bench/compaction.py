@@ -63,8 +63,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-from baselines import BenchmarkError
-from measure import Progress, format_table, log, write_results
+from measure import (
+    BenchmarkError,
+    Progress,
+    format_table,
+    log,
+    report_targets,
+    run_main,
+    write_results,
+)
 from produce_consume import machine_info
 
 from loglake.compaction.common import Progress as JobProgress
@@ -521,11 +528,7 @@ def report(config: CompactionBenchConfig, results: Results, machine: dict[str, A
                              f"{median:.2f}", ", ".join(f"{r.seconds:.2f}" for r in runs_r)]]))
         document["retention"] = {"setup": results.retention_setup, "median_s": median,
                                  "runs": [asdict(r) for r in runs_r]}
-    if targets:
-        print()
-        print(format_table(["target", "needed", "measured (median)", "met"], targets))
-        document["targets"] = [dict(zip(["target", "needed", "measured", "met"], t,
-                                        strict=True)) for t in targets]
+    report_targets(document, targets, measured="measured (median)")
     return document
 
 
@@ -607,8 +610,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchmarkError as error:
-        log(f"benchmark failed: {error}")
-        sys.exit(1)
+    run_main(main)

@@ -58,10 +58,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from baselines import BenchmarkError
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from measure import Progress, format_table, log, total_cpu_seconds, write_results
+from measure import (
+    BenchmarkError,
+    Progress,
+    format_table,
+    log,
+    run_main,
+    total_cpu_seconds,
+    write_results,
+)
 from produce_consume import machine_info
 from producing import timed_produce
 
@@ -577,8 +584,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (BenchmarkError, ValueError) as error:
-        log(f"groups bench failed: {error}")
-        sys.exit(1)
+    run_main(main, also=(ValueError,))

@@ -16,13 +16,27 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 MB = 1_000_000
 """MB/s in the tables is 10^6 bytes of record payload (values) per second."""
+
+
+class BenchmarkError(RuntimeError):
+    """A phase failed or broke its bounds (count mismatch, deadline, process exit)."""
+
+
+def run_main(main: Callable[[], int], *, also: tuple[type[Exception], ...] = ()) -> None:
+    """A benchmark script's entry point: exit with ``main()``'s status; a BenchmarkError (or
+    one of ``also``) becomes one line on stderr and exit status 1."""
+    try:
+        sys.exit(main())
+    except (BenchmarkError, *also) as error:
+        log(f"benchmark failed: {error}")
+        sys.exit(1)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -125,6 +139,20 @@ def write_results(directory: Path, name: str, document: dict[str, Any]) -> Path:
     output.write_text(json.dumps(document, indent=2) + "\n")
     print(f"\nresults written to {output}")
     return output
+
+
+TARGET_COLUMNS = ("target", "needed", "measured", "met")
+
+
+def report_targets(document: dict[str, Any], targets: Sequence[Sequence[str]], *,
+                   measured: str = "measured") -> None:
+    """Print the targets table (rows of TARGET_COLUMNS; ``measured`` heads the third column)
+    and keep it in ``document["targets"]``; nothing when there are no rows."""
+    if not targets:
+        return
+    print()
+    print(format_table(["target", "needed", measured, "met"], targets))
+    document["targets"] = [dict(zip(TARGET_COLUMNS, row, strict=True)) for row in targets]
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -44,7 +44,6 @@ from typing import Any
 
 import confluent_kafka
 from baselines import (
-    BenchmarkError,
     RedisServer,
     build_batches,
     file_append,
@@ -53,12 +52,14 @@ from baselines import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 from measure import (
+    BenchmarkError,
     PhaseResult,
     PhaseSummary,
     Progress,
     cpu_seconds,
     format_table,
     log,
+    run_main,
     write_results,
 )
 from producing import ADMIN_TIMEOUT_S, timed_produce
@@ -498,8 +499,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchmarkError as error:
-        log(f"benchmark failed: {error}")
-        sys.exit(1)
+    run_main(main)

@@ -7,9 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from baselines import BenchmarkError
 from confluent_kafka import KafkaError, Producer
-from measure import PhaseResult, Progress, total_cpu_seconds
+from measure import BenchmarkError, PhaseResult, Progress, total_cpu_seconds
 
 PRODUCE_CHUNK = 10_000
 """Records produced between two checks of the clock (progress, deadline, poll)."""

@@ -57,16 +57,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from baselines import BenchmarkError
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from measure import (
+    BenchmarkError,
     PhaseResult,
     PhaseSummary,
     Progress,
     format_table,
     log,
     percentile,
+    run_main,
     total_cpu_seconds,
     write_results,
 )
@@ -643,8 +644,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchmarkError as error:
-        log(f"benchmark failed: {error}")
-        sys.exit(1)
+    run_main(main)

@@ -61,11 +61,20 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from baselines import BenchmarkError
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from deltalake import DeltaTable
-from measure import Progress, cpu_seconds, format_table, log, percentile, write_results
+from measure import (
+    BenchmarkError,
+    Progress,
+    cpu_seconds,
+    format_table,
+    log,
+    percentile,
+    report_targets,
+    run_main,
+    write_results,
+)
 from produce_consume import broker_pid, machine_info
 from producing import ADMIN_TIMEOUT_S
 
@@ -755,11 +764,7 @@ def report(config: TieringBenchConfig, results: Results, machine: dict[str, Any]
                                          "broker_cpu_s_per_million": cpu},
                              "setup": results.fetch_setup,
                              "runs": [r.to_json() for r in results.fetch]}
-    if targets:
-        print()
-        print(format_table(["target", "needed", "measured", "met"], targets))
-        document["targets"] = [dict(zip(["target", "needed", "measured", "met"], t,
-                                        strict=True)) for t in targets]
+    report_targets(document, targets)
     return document
 
 
@@ -854,8 +859,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BenchmarkError as error:
-        log(f"benchmark failed: {error}")
-        sys.exit(1)
+    run_main(main)
