@@ -252,11 +252,18 @@ class ClusterCatalog:
 
     def set_topic_config(self, name: str, configs: Mapping[str, str]) -> None:
         path = f"{TOPIC_CONFIGS}/{name}"
-        value = _dump({"version": 1, "config": dict(configs)})
+        self._put(path, _dump({"version": 1, "config": dict(configs)}))
+
+    def _put(self, path: str, value: bytes) -> None:
+        """Write ``value`` at ``path`` whether or not the znode (or its parents) exist yet; a
+        concurrent creator does not make the write fail."""
         try:
             self.zk.set(path, value)
         except NoNodeError:
-            self.zk.create(path, value, makepath=True)
+            try:
+                self.zk.create(path, value, makepath=True)
+            except NodeExistsError:
+                self.zk.set(path, value)
 
     def watch_topic_config(self, name: str, callback: Callable[[dict[str, str]], Any]) -> None:
         def on_change(data: bytes | None, _stat: Any) -> bool | None:
@@ -370,11 +377,7 @@ class ClusterCatalog:
         readers take credentials from their own environment)."""
         public = {k: v for k, v in options.items()
                   if not any(marker in k.lower() for marker in _SECRET_MARKERS)}
-        value = _dump({"url": url, "options": public})
-        try:
-            self.zk.create(STORAGE, value, makepath=True)
-        except NodeExistsError:
-            self.zk.set(STORAGE, value)
+        self._put(STORAGE, _dump({"url": url, "options": public}))
 
     def storage(self) -> tuple[str, dict[str, str]] | None:
         """``(url, options)`` published by the brokers; None if no broker tiers."""
@@ -386,27 +389,13 @@ class ClusterCatalog:
         return str(data["url"]), {str(k): str(v) for k, v in data.get("options", {}).items()}
 
     def set_tiering_status(self, topic: str, partition: int, status: Mapping[str, Any]) -> None:
-        path = f"{TIERING}/{topic}/{partition}"
-        value = _dump(dict(status))
-        try:
-            self.zk.set(path, value)
-        except NoNodeError:
-            with contextlib.suppress(NodeExistsError):
-                self.zk.create(path, value, makepath=True)
+        self._put(f"{TIERING}/{topic}/{partition}", _dump(dict(status)))
 
     def announce_table_change(self, topic: str, version: int, operation: str) -> None:
         """Tell every broker that ``topic``'s table lost files at ``version`` (a clean-up job
         committed): they drop cached file lists and row groups (see watch_table_changes)."""
-        path = f"{TABLE_CHANGES}/{topic}"
-        value = _dump({"version": version, "operation": operation,
-                       "updated_ms": int(time.time() * 1000)})
-        try:
-            self.zk.set(path, value)
-        except NoNodeError:
-            try:
-                self.zk.create(path, value, makepath=True)
-            except NodeExistsError:
-                self.zk.set(path, value)
+        self._put(f"{TABLE_CHANGES}/{topic}", _dump({
+            "version": version, "operation": operation, "updated_ms": int(time.time() * 1000)}))
 
     def watch_table_changes(self, topic: str, callback: Callable[[], Any],
                             alive: Callable[[], bool]) -> None:
