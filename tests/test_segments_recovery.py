@@ -158,26 +158,76 @@ def test_corruption_in_middle_segment_drops_later_segments(tmp_path: Path) -> No
     reopened.close()
 
 
-def test_clean_segments_before_recovery_point_not_rescanned(tmp_path: Path) -> None:
+def test_flipped_byte_in_sealed_segment_found_after_clean_shutdown(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     fill(log, 40)
+    bases = log.segments
+    positions = batch_positions(log, bases[1])
     log.close()
-    # A flipped byte in an old, flushed segment is not detected after a clean shutdown (as in
-    # Kafka: segments below the recovery point are trusted) ...
-    first = segment_path(log, 0)
-    data = bytearray(first.read_bytes())
-    data[100] ^= 0x01
-    first.write_bytes(data)
+    # Unlike Kafka, opening a log verifies every batch's CRC even after a clean shutdown: a bit
+    # flip in an old, sealed segment cuts the log there and drops every later segment (no hole)
+    path = segment_path(log, bases[1])
+    data = bytearray(path.read_bytes())
+    data[positions[1] + 70] ^= 0x01
+    path.write_bytes(data)
     reopened = open_log(tmp_path)
-    assert reopened.log_end_offset == 80
+    assert reopened.segments == bases[:2]
+    assert reopened.log_end_offset == bases[1] + 2
+    damage = reopened.recovery_damage
+    assert damage is not None and damage.truncated_at == bases[1] + 2
+    assert damage.dropped_segments == bases[2:]
+    for base in bases[2:]:
+        assert not segment_path(log, base).exists()
+    assert_healthy(reopened, bases[1] + 2)
     reopened.close()
-    # ... but an unusable recovery-point checkpoint forces a full recovery, which finds it.
-    (log.directory / filenames.RECOVERY_POINT_CHECKPOINT).write_text("garbage")
-    recovered = open_log(tmp_path)
-    assert recovered.segments == [0]
-    assert recovered.log_end_offset < 20
-    assert_healthy(recovered, recovered.log_end_offset)
-    recovered.close()
+    again = open_log(tmp_path)
+    assert again.recovery_damage is None
+    again.close()
+
+
+@pytest.mark.parametrize("clean", [True, False], ids=["after-close", "after-crash"])
+@pytest.mark.parametrize("damage", ["truncate-tail", "flip", "garbage-tail", "delete-log"])
+def test_damaged_sealed_segment_never_leaves_a_hole(tmp_path: Path, clean: bool,
+                                                     damage: str) -> None:
+    log = open_log(tmp_path)
+    fill(log, 40, epoch=3)
+    log.flush()
+    log.write_checkpoints()
+    bases = log.segments
+    assert len(bases) >= 4
+    victim = bases[1]
+    positions = batch_positions(log, victim)
+    log.close() if clean else crash(log)
+    path = segment_path(log, victim)
+    size = path.stat().st_size
+    if damage == "truncate-tail":
+        os.truncate(path, size - 20)
+    elif damage == "flip":
+        data = bytearray(path.read_bytes())
+        data[positions[-1] + 65] ^= 0x40
+        path.write_bytes(data)
+    elif damage == "garbage-tail":
+        with path.open("ab") as handle:
+            handle.write(b"\x00\x01" * 40)
+    else:
+        path.unlink()
+    reopened = open_log(tmp_path)
+    got = offsets(reopened)
+    assert got == list(range(0, reopened.log_end_offset))  # contiguous: no hole
+    assert reopened.recovery_damage is not None
+    assert reopened.leader_epoch_cache.entries == [(3, 0)]
+    if damage == "garbage-tail":  # its batches were whole: only the garbage goes
+        assert reopened.log_end_offset == 80
+        assert reopened.recovery_damage.dropped_segments == []
+    else:
+        assert reopened.log_end_offset < bases[2]
+        assert reopened.log_end_offset == (victim if damage == "delete-log"
+                                           else reopened.recovery_damage.truncated_at)
+        assert reopened.recovery_damage.dropped_segments == bases[2:]
+        for base in bases[2:]:
+            assert not segment_path(log, base).exists()
+    assert_healthy(reopened, reopened.log_end_offset)
+    reopened.close()
 
 
 def test_empty_log_file_and_empty_directory(tmp_path: Path) -> None:

@@ -118,13 +118,16 @@ class LogSegment:
         max_index_bytes: int,
         now_ms: int,
         recover: bool,
+        verify: bool = False,
         on_recovered_batch: Callable[[BatchHeader], None] | None = None,
     ) -> tuple[LogSegment, int]:
         """Open an existing segment; returns it and the number of bytes recovery truncated.
 
         With ``recover`` every batch is validated and the indexes rebuilt. Otherwise the
-        indexes are loaded and checked and the tail after the last index entry is validated;
-        any problem (missing or corrupt index, torn tail) falls back to full recovery.
+        indexes are loaded and checked and the tail after the last index entry is validated
+        (with ``verify``: every batch's framing, CRC and offsets, without rebuilding the
+        indexes); any problem (missing or corrupt index, torn tail, a bad batch) falls back to
+        full recovery, which truncates at the first bad byte.
         ``on_recovered_batch`` sees every valid batch when a full recovery runs.
         """
         log_path, index_path, time_index_path = filenames.segment_files(directory, base_offset)
@@ -151,6 +154,8 @@ class LogSegment:
         )
         if not needs_recovery:
             try:
+                if verify:
+                    segment.verify()
                 segment._load_tail_state(verify_crc=True)
             except LoglakeError:
                 needs_recovery = True
@@ -187,6 +192,19 @@ class LogSegment:
         self.max_timestamp = max_timestamp
         self.offset_of_max_timestamp = offset_of_max
         self._bytes_since_index_entry = self.size - position
+
+    def verify(self) -> None:
+        """Check every batch (framing, magic, CRC, increasing offsets within the segment's
+        range) without touching the indexes; CorruptRecordError at the first bad one."""
+        next_offset = self.base_offset
+        for header in self.scan(0, verify_crc=True, chunk_size=RECOVERY_CHUNK_BYTES):
+            if (header.base_offset < next_offset
+                    or header.last_offset - self.base_offset > RELATIVE_OFFSET_MAX):
+                raise CorruptRecordError(
+                    f"batch at byte {header.position} of {self.log_path} has offsets "
+                    f"{header.base_offset}..{header.last_offset}, expected >= {next_offset}"
+                )
+            next_offset = header.next_offset
 
     def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
         """Validate every batch, truncate at the first invalid one, rebuild both indexes.
