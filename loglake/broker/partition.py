@@ -141,6 +141,11 @@ class Partition:
             if self.role is not Role.LEADER or state.leader_epoch != self.leader_epoch:
                 self._become_leader(state)
             else:
+                if previous is not None:  # who left the ISR must fetch again to rejoin
+                    for replica in set(previous.isr) - set(state.isr):
+                        progress = self.followers.get(replica)
+                        if progress is not None:
+                            progress.last_fetch_ms = 0.0
                 self._maybe_advance_hw()  # the ISR may have shrunk
             return False
         new_leader = (
@@ -234,6 +239,28 @@ class Partition:
         progress.last_fetch_ms = now
         self._maybe_advance_hw()
 
+    def follower_divergence(self, last_fetched_epoch: int,
+                            fetch_offset: int) -> tuple[int, int] | None:
+        """KIP-320: ``(epoch, end offset)`` of our log to send back when a follower's last
+        fetched epoch does not end at or after its fetch offset in our log (its tail diverges
+        and must be truncated before it may count as caught up); None when consistent, or when
+        either side knows no epochs (then OffsetForLeaderEpoch's HW fallback applies)."""
+        if last_fetched_epoch < 0:
+            return None
+        epoch, end = self.log.leader_epoch_cache.end_offset_for(last_fetched_epoch)
+        if epoch < 0 and end < 0:
+            return None
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
+
+    def last_fetched_epoch(self) -> int:
+        """The leader epoch of our last batch (-1 for an empty log): sent in follower fetches."""
+        if self.log.log_end_offset <= self.log.log_start_offset:
+            return -1
+        latest = self.log.leader_epoch_cache.latest_epoch()
+        return -1 if latest is None else latest
+
     def isr_changes(self, lag_time_ms: int) -> tuple[set[int], set[int]]:
         """(followers to drop from the ISR, followers to add) as of now."""
         if self.role is not Role.LEADER or self.state is None:
@@ -299,8 +326,12 @@ class Partition:
             self._wake()
 
     def truncate_to(self, offset: int) -> None:
-        """Drop local records at or after ``offset`` (divergent tail) and their producer state."""
+        """Drop local records at or after ``offset`` (divergent tail) and their producer state.
+
+        Even when nothing is cut, epochs that start at our log end go (as in Kafka): an
+        ex-leader's cache has an entry for its epoch although it appended nothing in it."""
         if offset >= self.log.log_end_offset:
+            self.log.leader_epoch_cache.truncate_from_end(self.log.log_end_offset)
             return
         self.log.truncate_to(offset)
         self.producers.truncate_from(self.log.log_end_offset)

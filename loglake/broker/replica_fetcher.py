@@ -70,6 +70,7 @@ class ReplicaFetcher:
 
     async def stop(self) -> None:
         self.partitions.clear()
+        self.truncating.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -128,7 +129,10 @@ class ReplicaFetcher:
     async def _truncate(self, connection: BrokerConnection) -> None:
         wanted: dict[Key, tuple[Partition, int]] = {}
         for key in list(self.truncating):
-            partition = self.partitions[key]
+            partition = self.partitions.get(key)
+            if partition is None:  # removed meanwhile
+                self.truncating.pop(key, None)
+                continue
             latest = partition.log.leader_epoch_cache.latest_epoch()
             if partition.log.log_end_offset == 0 or latest is None:
                 if partition.log.log_end_offset > 0:
@@ -175,7 +179,7 @@ class ReplicaFetcher:
         if target < leo:
             log.info("%s: truncating from %d to %d (leader %d epoch %d ends at %d)",
                      partition.name, leo, target, self.leader_id, epoch, end_offset)
-            partition.truncate_to(target)
+        partition.truncate_to(target)
         self.truncating[key] += 1
         if done or self.truncating[key] >= MAX_TRUNCATION_ROUNDS:
             del self.truncating[key]
@@ -188,7 +192,8 @@ class ReplicaFetcher:
                 "partition": index, "current_leader_epoch": partition.leader_epoch,
                 "fetch_offset": partition.log.log_end_offset,
                 "log_start_offset": partition.log.log_start_offset,
-                "last_fetched_epoch": -1, "partition_max_bytes": PARTITION_MAX_BYTES,
+                "last_fetched_epoch": partition.last_fetched_epoch(),
+                "partition_max_bytes": PARTITION_MAX_BYTES,
             })
         response = await connection.request(1, 12, {
             "replica_id": self.broker.config.broker_id, "max_wait": FETCH_MAX_WAIT_MS,
@@ -210,6 +215,14 @@ class ReplicaFetcher:
     def _handle_fetched(self, key: Key, partition: Partition, data: Any) -> bool:
         """Apply one partition's fetch result; True if the fetcher should pause briefly."""
         error = data.error_code
+        diverging = getattr(data, "diverging_epoch", None)
+        if error == ErrorCode.none and diverging is not None and (
+                diverging.epoch >= 0 or diverging.end_offset >= 0):
+            # KIP-320: our last fetched epoch does not end where the leader's does
+            log.info("%s: log diverges from leader %d (its epoch %d ends at %d); truncating",
+                     partition.name, self.leader_id, diverging.epoch, diverging.end_offset)
+            self.truncating[key] = 0
+            return False
         if error == ErrorCode.none:
             try:
                 partition.append_as_follower(bytes(data.records or b""), data.high_watermark)

@@ -60,8 +60,10 @@ async def fetch(broker: Broker, frame: RequestFrame) -> Any:
         return build(cls, {"error_code": ErrorCode.fetch_session_id_not_found, "responses": []})
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
+    first = True
     while True:
-        responses, total, failed, watched, below = _collect(broker, request)
+        responses, total, failed, watched, below = _collect(broker, request, first)
+        first = False
         if below:
             tier_total, tier_failed = await _read_tier(broker, request, below, total)
             total += tier_total
@@ -86,8 +88,11 @@ _TierRead = tuple[dict[str, Any], "Partition", int, int]
 
 
 def _collect(
-    broker: Broker, request: Any
+    broker: Broker, request: Any, first: bool = True
 ) -> tuple[list[dict[str, Any]], int, bool, list[Partition], list[_TierRead]]:
+    """One pass over the requested partitions. A follower's fetch position counts (once, on
+    the ``first`` pass) as of the request's arrival: a long poll completing later must not
+    make a follower that left the ISR meanwhile look freshly caught up."""
     budget = _response_budget(request)
     total = 0
     failed = False
@@ -109,7 +114,18 @@ def _collect(
                 partition = broker.leader_partition(topic.topic, wanted.partition)
                 _check_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
                 if replica >= 0:
-                    partition.record_follower_fetch(replica, wanted.fetch_offset)
+                    diverging = partition.follower_divergence(
+                        getattr(wanted, "last_fetched_epoch", -1), wanted.fetch_offset)
+                    if diverging is not None:  # no progress counted until it truncates
+                        entry.update(error_code=ErrorCode.none,
+                                     high_watermark=partition.high_watermark,
+                                     log_start_offset=partition.log_start_offset,
+                                     diverging_epoch={"epoch": diverging[0],
+                                                      "end_offset": diverging[1]})
+                        partitions.append(entry)
+                        continue
+                    if first:
+                        partition.record_follower_fetch(replica, wanted.fetch_offset)
                 entry["high_watermark"] = partition.high_watermark
                 entry["last_stable_offset"] = partition.high_watermark
                 entry["log_start_offset"] = partition.log_start_offset
