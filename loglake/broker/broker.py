@@ -11,8 +11,15 @@ ZooKeeper session handling: a *lease* is renewed by a successful ZooKeeper read 
 ``LEASE_RENEW_S``; it lasts a third of the session timeout. Without a valid lease (session
 SUSPENDED or LOST, or this process was paused) the broker refuses to act as leader: produce,
 fetch and ListOffsets answer NOT_LEADER_OR_FOLLOWER, so a broker cut off from ZooKeeper never
-acknowledges writes that a newly elected leader does not have. After a new session it
-re-registers and re-reads every partition state.
+acknowledges writes that a newly elected leader does not have. After a reconnect (a new session
+after an expiry included) it re-registers and re-reads brokers, partition states and topics,
+retrying with backoff until that succeeds (:meth:`Broker._rejoin_cluster`).
+
+Start-up survives ZooKeeper outages: every ZooKeeper step of STARTING (connect, cluster id,
+registration, watches, broker list, topics, storage publication) waits until ZooKeeper answers
+(``ClusterCatalog.retrying``: bounded backoff, one log line per failed attempt), also across a
+session expiry. Registration waits for the previous run's ephemeral ``/brokers/ids/<id>`` to
+expire (``ClusterCatalog.register_broker_waiting``).
 
 Replica roles come from the partition-state znodes: a DataWatch per hosted partition schedules
 :meth:`Broker._apply_state` on the event loop. Leaders track followers and maintain the ISR
@@ -34,12 +41,11 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-from kazoo.protocol.states import KazooState
 
 from loglake.broker import election
 from loglake.broker.controller import Controller
@@ -48,11 +54,16 @@ from loglake.broker.partition import Partition, Role
 from loglake.broker.replica_fetcher import ReplicaFetcher
 from loglake.broker.tiering import Tierer
 from loglake.catalog.zookeeper import (
+    RETRY_MAX_DELAY_S,
     BrokerInfo,
+    CatalogClosedError,
     ClusterCatalog,
     PartitionState,
+    Registration,
+    SessionEvent,
     StaleStateError,
     TopicMetadata,
+    zookeeper_unavailable,
 )
 from loglake.config import BrokerConfig, TopicConfig
 from loglake.errors import LoglakeError, NotLeaderError, UnknownTopicError
@@ -93,24 +104,44 @@ class Broker:
         self._reconcile_pending = False
         self._producer_ids: list[int] = []
         self._tasks: list[asyncio.Task[Any]] = []
+        self._running = False  # start() finished
+        self._rejoin: asyncio.Task[None] | None = None
+        self._rejoin_needed = False  # a reconnect came while starting or rejoining
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        """STARTING -> RUNNING (see the module docstring).
+
+        Each ZooKeeper step waits until ZooKeeper answers, so an outage or a pause of this
+        process past the session timeout only delays start-up. Raises CatalogClosedError if
+        :meth:`stop` begins meanwhile, BrokerIdInUseError if another live broker holds our id.
+        """
         self._loop = asyncio.get_running_loop()
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
-        await self.zk_call(self.catalog.start)
-        self.catalog.add_state_listener(self._on_zk_state)
-        self.cluster_id = await self.zk_call(self._ensure_cluster_id)
+        await self.zk_call(lambda: self.catalog.start(wait=True, stopped=self._is_stopping))
+        self.catalog.add_session_listener(self._on_zk_state)
+        self.cluster_id = await self._zk_step("reading the cluster id",
+                                              self.catalog.ensure_cluster_id)
         await self.zk_call(self._register)
         self._renew_lease()
-        self.catalog.watch_brokers(lambda _ids: self.run_soon(self._refresh_brokers))
-        self.catalog.zk.DataWatch("/controller")(self._on_controller_change)
+        await self._zk_step("watching /brokers/ids", self.catalog.watch_brokers,
+                            lambda _ids: self.run_soon(self._refresh_brokers))
+        await self._zk_step("watching /controller", self.catalog.watch_controller,
+                            self._on_controller_change)
         await self._refresh_brokers_now()
-        self.reconcile()
-        self.catalog.watch_topics(lambda _children: self._schedule_reconcile())
+        await self._reconcile_waiting()
+        await self._zk_step("watching /brokers/topics", self.catalog.watch_topics,
+                            lambda _children: self._schedule_reconcile())
+        storage = self.tierer.storage
+        if storage is not None:  # the tierer publishes too, but only tries once
+            await self._zk_step("publishing the tier storage", self.catalog.publish_storage,
+                                storage.url, dict(storage.options))
         for coroutine in (self._flush_loop(), self._lease_loop(), self._isr_loop(),
                           self.controller.run(), self.groups.run(), self.tierer.run()):
             self._tasks.append(asyncio.create_task(coroutine))
+        self._running = True
+        if self._rejoin_needed:  # the session changed while we were starting
+            self._after_reconnect()
 
     async def stop(self) -> None:
         """Controlled shutdown, then close everything (see the module docstring)."""
@@ -140,28 +171,73 @@ class Broker:
             self._loop.call_soon_threadsafe(callback)
 
     # ------------------------------------------------------------------ ZooKeeper session
-    def _on_zk_state(self, state: KazooState) -> None:
-        log.warning("ZooKeeper session state: %s", state)
-        if state != KazooState.CONNECTED:
+    def _is_stopping(self) -> bool:
+        return self.stopping
+
+    async def _zk_step(self, what: str, func: Callable[..., T], *args: Any) -> T:
+        """``func(*args)`` in a worker thread, called again while ZooKeeper is unavailable
+        (``ClusterCatalog.retrying``); CatalogClosedError once the broker stops."""
+        return await asyncio.to_thread(self.catalog.retrying, what, func, *args,
+                                       stopped=self._is_stopping)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coroutine`` as a task that :meth:`stop` cancels (finished ones are dropped)."""
+        self._tasks = [task for task in self._tasks if not task.done()]
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.append(task)
+        return task
+
+    def _on_zk_state(self, event: SessionEvent) -> None:
+        """On kazoo's thread: without a connection stop acting as leader at once; once
+        connected again (same session or a new one) rejoin the cluster."""
+        log.warning("ZooKeeper session: %s", event.value)
+        if event in (SessionEvent.SUSPENDED, SessionEvent.LOST):
             self._lease_until = 0.0  # stop acting as leader at once
             self.run_soon(self.controller.resign)
         else:
             self.run_soon(self._after_reconnect)
 
     def _after_reconnect(self) -> None:
-        async def again() -> None:
+        """Start :meth:`_rejoin_cluster` (one at a time: a request while one runs, or while
+        :meth:`start` runs, makes it run once more afterwards)."""
+        if self.stopping:
+            return
+        if not self._running or (self._rejoin is not None and not self._rejoin.done()):
+            self._rejoin_needed = True
+            return
+        self._rejoin = self._spawn(self._rejoin_cluster())
+
+    async def _rejoin_cluster(self) -> None:
+        """Register again (a new session lost our ephemeral node), then re-read the brokers,
+        every partition state and the topics (watches may have missed changes). Retries the
+        whole sequence with bounded backoff until it succeeds or the broker stops."""
+        failures = 0
+        while not self.stopping:
+            self._rejoin_needed = False
             try:
                 await self.zk_call(self._register)
                 self._renew_lease()
                 await self._refresh_brokers_now()
                 await self._reload_all_states()
-                self.reconcile()
+                await self._reconcile_waiting()
                 self.controller.poke()
-            except Exception:
-                log.exception("re-registration after reconnect failed")
-
-        if not self.stopping:
-            self._tasks.append(asyncio.ensure_future(again()))
+            except CatalogClosedError:
+                return
+            except Exception as exc:
+                failures += 1
+                delay = min(0.5 * 2 ** min(failures, 4), 5.0)
+                if zookeeper_unavailable(exc):
+                    log.warning("rejoining the cluster failed (attempt %d): %s; retrying in "
+                                "%.1f s", failures, exc, delay)
+                else:
+                    log.exception("rejoining the cluster failed (attempt %d); retrying in "
+                                  "%.1f s", failures, delay)
+                await asyncio.sleep(delay)
+                continue
+            log.info("rejoined the cluster: registered, brokers, partition states and topics "
+                     "re-read%s", f" after {failures} failed attempt(s)" if failures else "")
+            if not self._rejoin_needed:
+                return
 
     def zk_healthy(self) -> bool:
         return time.monotonic() < self._lease_until
@@ -170,47 +246,32 @@ class Broker:
         self._lease_until = time.monotonic() + self.config.zookeeper_session_timeout_ms / 3000
 
     async def _lease_loop(self) -> None:
-        path = f"/brokers/ids/{self.config.broker_id}"
+        """Renew the lease after every read that shows our session owns ``/brokers/ids/<id>``;
+        rejoin when it does not (the node expired with an old session, or was deleted)."""
         while True:
             await asyncio.sleep(LEASE_RENEW_S)
             started = time.monotonic()
             try:
-                stat = await self.zk_call(self.catalog.zk.exists, path)
-            except Exception:
+                held = await self.zk_call(self.catalog.registration, self.config.broker_id)
+            except Exception:  # ZooKeeper unavailable: no renewal, the lease runs out
                 continue
-            if stat is not None and stat.ephemeralOwner == self.catalog.zk.client_id[0]:
+            if held is Registration.OURS:
                 self._lease_until = started + self.config.zookeeper_session_timeout_ms / 3000
-            elif stat is None and self.catalog.zk.connected and not self.stopping:
-                log.warning("our /brokers/ids node is gone: registering again")
+            elif not self.stopping and (self._rejoin is None or self._rejoin.done()):
+                log.warning("our /brokers/ids node is %s: registering again",
+                            "gone" if held is Registration.ABSENT else "another session's")
                 self._after_reconnect()
 
-    def _ensure_cluster_id(self) -> str:
-        zk = self.catalog.zk
-        candidate = json.dumps({"version": "1", "id": uuid.uuid4().hex[:22]}).encode()
-        with contextlib.suppress(NodeExistsError):
-            zk.create("/cluster/id", candidate, makepath=True)
-        raw, _ = zk.get("/cluster/id")
-        return str(json.loads(raw)["id"])
-
     def _register(self) -> None:
+        """Create our ``/brokers/ids/<id>`` for the current session (worker thread): waits
+        out ZooKeeper outages and the previous run's node (``register_broker_waiting``)."""
         info = BrokerInfo(self.config.broker_id, self.config.host, self.config.port,
                           self.config.rack)
-        deadline = time.monotonic() + self.config.zookeeper_session_timeout_ms / 1000 + 5
-        while True:
-            try:
-                self.catalog.register_broker(info)
-                return
-            except NodeExistsError:
-                # the previous incarnation's ephemeral node lives until its session expires
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        self.catalog.register_broker_waiting(info, stopped=self._is_stopping)
 
-    def _on_controller_change(self, data: bytes | None, _stat: Any) -> None:
-        controller = json.loads(data)["brokerid"] if data else -1
-
+    def _on_controller_change(self, controller: int) -> None:
         def apply() -> None:
-            self.controller_id = int(controller)
+            self.controller_id = controller
             self.controller.poke()
 
         self.run_soon(apply)
@@ -220,8 +281,37 @@ class Broker:
         self.controller.poke()
 
     async def _refresh_brokers_now(self) -> None:
-        with contextlib.suppress(Exception):
-            self.live_brokers = await self.zk_call(self.catalog.brokers)
+        """Re-read the live brokers, waiting out ZooKeeper outages (until the broker stops)."""
+        try:
+            self.live_brokers = await self._zk_step("reading the live brokers",
+                                                    self.catalog.brokers)
+        except CatalogClosedError:
+            return
+        except Exception as exc:  # a malformed registration: keep the previous view
+            log.warning("reading the live brokers failed: %s", exc)
+
+    async def _reconcile_waiting(self) -> None:
+        """:meth:`reconcile`, again while ZooKeeper is unavailable.
+
+        reconcile reads ZooKeeper synchronously on the event loop, so first wait (in a worker
+        thread) until ZooKeeper answers; an outage that still hits a pass fails it, and the
+        topics that pass added (maybe before their watches were set) are forgotten so the next
+        pass sets them up again."""
+        failures = 0
+        while True:
+            await self._zk_step("reading topics", self.catalog.topic_names)
+            known = set(self.topics)
+            try:
+                self.reconcile()
+                return
+            except Exception as exc:
+                if not zookeeper_unavailable(exc):
+                    raise
+                failures += 1
+                for name in set(self.topics) - known:
+                    self.topics.pop(name, None)
+                log.warning("reading topics failed (attempt %d): %s; retrying", failures, exc)
+                await asyncio.sleep(min(0.2 * 2 ** failures, RETRY_MAX_DELAY_S))
 
     # ------------------------------------------------------------------ topics and replicas
     def _schedule_reconcile(self) -> None:

@@ -1,14 +1,18 @@
 """``loglake broker start``: run one broker process until SIGTERM/SIGINT.
 
-Shutdown on SIGTERM is orderly: stop accepting, close connections, close every log (flush,
-recovery point, clean-shutdown marker), close the ZooKeeper session (the ephemeral broker znode
-disappears at once instead of after the session timeout).
+Start-up waits for ZooKeeper as long as it takes (see :meth:`Broker.start`); a SIGTERM during
+that wait ends the process cleanly. Shutdown on SIGTERM is orderly: stop accepting, close
+connections, close every log (flush, recovery point, clean-shutdown marker), close the ZooKeeper
+session (the ephemeral broker znode disappears at once instead of after the session timeout).
+A start-up failure (e.g. another live broker holds our broker.id) closes what was opened and
+exits with status 1 and a one-line message.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 from pathlib import Path
@@ -27,7 +31,23 @@ async def run(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await broker.start()
+    starting = asyncio.ensure_future(broker.start())
+    stop_requested = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stop_requested}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("broker %d: stop requested during start-up", config.broker_id)
+        broker.stopping = True  # ends the start-up waits (they poll it)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+        await broker.stop()
+        log.info("broker %d stopped", config.broker_id)
+        return
+    stop_requested.cancel()
+    if starting.exception() is not None:
+        with contextlib.suppress(Exception):
+            await broker.stop()
+        starting.result()  # raises: main reports it (LoglakeError: one line, exit status 1)
     await server.start()
     log.info("broker %d started (cluster %s)", config.broker_id, broker.cluster_id)
     await stop.wait()

@@ -24,24 +24,61 @@ Invariants: a topic exists once its assignment znode exists; creation writes ass
 and every partition state in one multi-op transaction, so readers never see a partial topic.
 Partition-state writes are conditioned on the znode version (``set_partition_state``).
 
-Thread-safety: kazoo clients are thread-safe; this class holds no other mutable state. Watches
-fire on kazoo's event thread: callers must hop to their own loop.
+Errors: kazoo's exceptions do not leave this module for connection trouble. ConnectionLoss,
+SessionExpired and OperationTimeout (and a connect time-out) become
+:class:`ZooKeeperUnavailableError` (retriable); a stopped catalog raises
+:class:`CatalogClosedError`. :meth:`ClusterCatalog.retrying` waits such outages out (bounded
+backoff, one log line per failed attempt); :func:`zookeeper_unavailable` classifies an exception
+for callers that reach kazoo some other way. Node-level outcomes that callers decide on
+(NoNode, NodeExists, BadVersion) keep their kazoo types where documented.
+
+Sessions (see :class:`SessionEvent`): kazoo reconnects by itself and, after an expiry (state
+LOST), opens a *new* session. The catalog remembers every session id it has held, so a
+``/brokers/ids/<id>`` node left by an earlier, expired session of this same catalog is
+recognised as ours and replaced, while a node of any other session (the previous run of this
+broker, whose session has not expired yet) is waited for (:meth:`register_broker_waiting`).
+
+Thread-safety: kazoo clients are thread-safe; the session bookkeeping is guarded by a lock.
+Watches and session listeners fire on kazoo's threads: callers must hop to their own loop.
+Blocking calls (everything that talks to ZooKeeper) belong in worker threads, never on an event
+loop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import functools
 import json
+import logging
+import threading
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
+from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
+from kio.schema.errors import ErrorCode
 
 from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class ControllerMovedError(LoglakeError):
@@ -51,6 +88,159 @@ class ControllerMovedError(LoglakeError):
 class StaleStateError(LoglakeError):
     """The partition-state znode changed since it was read; re-read and decide again."""
 
+
+class ZooKeeperUnavailableError(LoglakeError):
+    """ZooKeeper could not answer: the connection is down, our session expired (kazoo opens a
+    new one), or a request or connect attempt timed out. Retriable: try again later
+    (:meth:`ClusterCatalog.retrying` does)."""
+
+    code = ErrorCode.request_timed_out
+
+
+class CatalogClosedError(ZooKeeperUnavailableError):
+    """The catalog was stopped (the process is shutting down) while an operation waited for
+    ZooKeeper; retrying cannot help."""
+
+
+class BrokerIdInUseError(LoglakeError):
+    """``/brokers/ids/<id>`` stayed registered by another ZooKeeper session for longer than a
+    previous run of this broker could have kept it: another live broker uses this broker.id."""
+
+    code = ErrorCode.duplicate_broker_registration
+
+
+class RegistrationHeldError(LoglakeError):
+    """``/brokers/ids/<id>`` exists and belongs to a session that is not (and never was) ours:
+    usually the previous run of this broker, whose session expires within its timeout."""
+
+    def __init__(self, message: str, *, owner: int) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
+class SessionEvent(enum.Enum):
+    """What a session listener (:meth:`ClusterCatalog.add_session_listener`) is told.
+
+    ``SUSPENDED``: the connection dropped; the session (ephemeral nodes, watches) may survive.
+    ``LOST``: the session expired or was closed; its ephemeral nodes are gone.
+    ``RECONNECTED``: connected again within the same session.
+    ``NEW_SESSION``: connected with a session we did not have before (first connect, or after
+    LOST): ephemeral nodes must be created again.
+    """
+
+    SUSPENDED = "suspended"
+    LOST = "lost"
+    RECONNECTED = "reconnected"
+    NEW_SESSION = "new session"
+
+
+class Registration(enum.Enum):
+    """Who holds ``/brokers/ids/<id>`` (:meth:`ClusterCatalog.registration`)."""
+
+    OURS = "ours"  # our current session
+    ABSENT = "absent"
+    OTHER = "other"  # any other session, an earlier one of ours included
+
+
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+"""kazoo's ways of saying "no answer from ZooKeeper now" (ConnectionClosedError, a subclass of
+SessionExpiredError, means the client was stopped and is told apart first)."""
+
+RETRY_FIRST_DELAY_S = 0.2
+RETRY_MAX_DELAY_S = 2.0
+"""Backoff of :meth:`ClusterCatalog.retrying`: 0.2 s doubling to at most 2 s, jittered 20 %."""
+RECONNECT_MAX_DELAY_S = 1.0
+"""Cap of kazoo's own reconnect backoff (its default grows to an hour): a broker reconnects
+within about a second of ZooKeeper coming back, well inside any session timeout."""
+CONNECT_LOG_EVERY_S = 5.0
+REGISTRATION_POLL_S = 0.5
+REGISTRATION_LOG_EVERY_S = 5.0
+REGISTRATION_GRACE_S = 5.0
+"""A foreign ``/brokers/ids/<id>`` node is waited for up to twice our session timeout plus this
+(:class:`RegistrationWait`); ZooKeeper expires sessions up to one tick late and may round the
+previous run's timeout up."""
+
+
+def zookeeper_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says ZooKeeper could not answer now (retry later), typed or kazoo's."""
+    return isinstance(exc, (ZooKeeperUnavailableError, *_CONNECTION_ERRORS))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionClosedError):
+        return "the client is closed"
+    if isinstance(exc, SessionExpiredError):
+        return "session expired"
+    if isinstance(exc, ConnectionLoss):
+        return "connection lost"
+    if isinstance(exc, OperationTimeoutError):
+        return "operation timed out"
+    if isinstance(exc, KazooTimeoutError):
+        return "no connection within the connect timeout"
+    return str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _typed_errors(what: str) -> Iterator[None]:
+    """Turn kazoo's connection errors inside the block into our typed ones."""
+    try:
+        yield
+    except ConnectionClosedError:
+        raise CatalogClosedError(f"{what}: the ZooKeeper client is closed") from None
+    except _CONNECTION_ERRORS as exc:
+        raise ZooKeeperUnavailableError(f"{what}: ZooKeeper {_describe(exc)}") from None
+
+
+def _zookeeper_op(func: Callable[P, T]) -> Callable[P, T]:
+    """Decorate a public catalog method: connection errors leave it typed (see the module
+    docstring)."""
+    what = func.__name__.replace("_", " ")
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        with _typed_errors(what):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass
+class RegistrationWait:
+    """How long start-up waits for a foreign ``/brokers/ids/<id>`` node to go (pure; the caller
+    passes the clock readings, so it is testable without ZooKeeper).
+
+    The previous run's node lives until its session expires, at most one session timeout after
+    ZooKeeper last heard from it. The clock starts when we first see an owner and restarts
+    when the owner changes, when our connection was (re)established after the clock started (a
+    restarted ZooKeeper gives every session a fresh timeout; kazoo's new session after our own
+    expiry counts too), and when two checks lie more than ``pause_gap_s`` apart (this process
+    was paused or starved, so it did not watch the clock). ``limit_s`` after the clock last
+    restarted, the node is taken to belong to another live broker.
+    """
+
+    limit_s: float
+    pause_gap_s: float
+    owner: int | None = None
+    since: float = 0.0
+    last_check: float = 0.0
+
+    def check(self, owner: int, *, now: float, connected_at: float) -> bool:
+        """Note that ``owner`` still holds the node at ``now``; True once ``limit_s`` passed."""
+        if (owner != self.owner or connected_at > self.since
+                or now - self.last_check > self.pause_gap_s):
+            self.owner, self.since = owner, now
+        self.last_check = now
+        return now - self.since > self.limit_s
+
+    def waited(self, now: float) -> float:
+        return now - self.since
+
+CLUSTER_ID = "/cluster/id"
 BROKER_IDS = "/brokers/ids"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
@@ -112,54 +302,267 @@ def _dump(value: Any) -> bytes:
 class ClusterCatalog:
     """Typed access to the ZooKeeper layout above.
 
-    ``connect`` is Kafka's ``zookeeper.connect`` string (may end in a chroot, which is created).
+    ``connect`` is Kafka's ``zookeeper.connect`` string (may end in a chroot, which
+    :meth:`start` creates). Nothing connects before :meth:`start`.
     """
 
     def __init__(self, connect: str, *, timeout: float = 10.0, session_timeout: float = 18.0):
-        hosts, chroot = split_connect(connect)
-        if chroot:
-            bootstrap = KazooClient(hosts=hosts, timeout=timeout)
-            bootstrap.start(timeout=timeout)
+        self._hosts, self._chroot = split_connect(connect)
+        self.session_timeout = session_timeout
+        self.zk = self._client(self._hosts + self._chroot, session_timeout)
+        self._start_timeout = timeout
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._session: int | None = None  # id of the session we are (or were last) connected in
+        self._old_sessions: set[int] = set()  # every earlier session of this catalog: expired
+        self._connected_at = 0.0  # time.monotonic() of the last (re)connection
+        self._listeners: list[Callable[[SessionEvent], Any]] = []
+        self.zk.add_listener(self._on_state)
+
+    @staticmethod
+    def _client(hosts: str, session_timeout: float) -> KazooClient:
+        reconnect = KazooRetry(max_tries=-1, delay=0.1, backoff=2,
+                               max_delay=RECONNECT_MAX_DELAY_S)
+        commands = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RETRY_MAX_DELAY_S)
+        return KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=reconnect,
+                           command_retry=commands)
+
+    # ---- session
+    def start(self, *, wait: bool = False, stopped: Callable[[], bool] = _never) -> None:
+        """Connect (creating the chroot) and create the top-level znodes of the layout.
+
+        Without ``wait`` (tools): give up after the connect timeout with
+        ZooKeeperUnavailableError. With ``wait`` (brokers): wait as long as ZooKeeper is down,
+        logging now and then, until connected; raises CatalogClosedError if :meth:`stop` is
+        called or ``stopped()`` turns true meanwhile. Blocking: run it in a worker thread.
+        """
+        if self._chroot:
+            bootstrap = self._client(self._hosts, self.session_timeout)
             try:
-                bootstrap.ensure_path(chroot)
+                self._connect(bootstrap, wait=wait, stopped=stopped)
+                self._call(wait, "creating the chroot", bootstrap.ensure_path, self._chroot,
+                           stopped=stopped)
             finally:
                 bootstrap.stop()
                 bootstrap.close()
-        self.zk = KazooClient(hosts=hosts + chroot, timeout=session_timeout)
-        self._start_timeout = timeout
-
-    def start(self) -> None:
-        self.zk.start(timeout=self._start_timeout)
+        self._connect(self.zk, wait=wait, stopped=stopped)
         for path in (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS):
-            self.zk.ensure_path(path)
+            self._call(wait, "creating the top-level znodes", self.zk.ensure_path, path,
+                       stopped=stopped)
+
+    def _call(self, wait: bool, what: str, func: Callable[..., T], *args: Any,
+              stopped: Callable[[], bool]) -> T:
+        if wait:
+            return self.retrying(what, func, *args, stopped=stopped)
+        with _typed_errors(what):
+            return func(*args)
+
+    def _connect(self, client: KazooClient, *, wait: bool, stopped: Callable[[], bool]) -> None:
+        if not wait:
+            with _typed_errors(f"connecting to ZooKeeper at {self._hosts}"):
+                client.start(timeout=self._start_timeout)
+            return
+        connected = client.start_async()  # kazoo keeps trying (RECONNECT_MAX_DELAY_S backoff)
+        started = time.monotonic()
+        logged = started
+        while not connected.wait(0.2):
+            if self._closing.is_set() or stopped():
+                raise CatalogClosedError("stopped while waiting for ZooKeeper")
+            if time.monotonic() - logged >= CONNECT_LOG_EVERY_S:
+                logged = time.monotonic()
+                log.warning("waiting for ZooKeeper at %s (%.0f s so far)", self._hosts,
+                            logged - started)
 
     def stop(self) -> None:
+        """Close the session (our ephemeral nodes go at once). Operations waiting in
+        :meth:`retrying` or :meth:`start` end with CatalogClosedError."""
+        self._closing.set()
         self.zk.stop()
         self.zk.close()
 
-    def add_state_listener(self, listener: Callable[[KazooState], Any]) -> None:
-        self.zk.add_listener(listener)
+    def add_session_listener(self, listener: Callable[[SessionEvent], Any]) -> None:
+        """Call ``listener`` (on kazoo's thread; it must not block) on every session change."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def _on_state(self, state: KazooState) -> None:
+        if state == KazooState.CONNECTED:
+            client_id = self.zk.client_id
+            session = int(client_id[0]) if client_id else None
+            with self._lock:
+                new = session != self._session
+                if new and self._session is not None:
+                    self._old_sessions.add(self._session)
+                self._session = session
+                self._connected_at = time.monotonic()
+            event = SessionEvent.NEW_SESSION if new else SessionEvent.RECONNECTED
+        elif state == KazooState.SUSPENDED:
+            event = SessionEvent.SUSPENDED
+        else:
+            event = SessionEvent.LOST
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("session listener failed on %s", event.value)
+
+    @property
+    def connected_at(self) -> float:
+        """``time.monotonic()`` of the last (re)connection to ZooKeeper (0 before any)."""
+        with self._lock:
+            return self._connected_at
+
+    def _current_session(self) -> int | None:
+        client_id = self.zk.client_id
+        return int(client_id[0]) if client_id and client_id[0] else None
+
+    def _was_our_session(self, session: int) -> bool:
+        with self._lock:
+            return session in self._old_sessions
+
+    def retrying(self, what: str, func: Callable[..., T], *args: Any,
+                 stopped: Callable[[], bool] = _never) -> T:
+        """``func(*args)``, called again while ZooKeeper is unavailable, until it returns.
+
+        Retries on ZooKeeperUnavailableError and kazoo's connection errors (after a session
+        expiry kazoo connects with a new session by itself) with KazooRetry's jittered backoff,
+        RETRY_FIRST_DELAY_S doubling to RETRY_MAX_DELAY_S, and logs one warning line per failed
+        attempt. Other exceptions propagate at once. Raises CatalogClosedError once the catalog
+        is stopped or ``stopped()`` is true. Blocking: call it from a worker thread. A request
+        made while disconnected waits in kazoo's queue until the connection is back (or fails
+        when the session turns out expired), so a long outage costs few attempts.
+        """
+        attempts = 0
+
+        def interrupted() -> bool:
+            return self._closing.is_set() or stopped()
+
+        def attempt() -> T:
+            nonlocal attempts
+            if interrupted():
+                raise CatalogClosedError(f"{what}: stopped while ZooKeeper was unavailable")
+            attempts += 1
+            try:
+                with _typed_errors(what):
+                    return func(*args)
+            except CatalogClosedError:
+                raise
+            except ZooKeeperUnavailableError as exc:
+                if interrupted():
+                    raise CatalogClosedError(
+                        f"{what}: stopped while ZooKeeper was unavailable") from None
+                log.warning("%s failed (attempt %d): %s; retrying", what, attempts, exc.message)
+                raise ForceRetryError() from None
+
+        retry = KazooRetry(max_tries=-1, delay=RETRY_FIRST_DELAY_S, backoff=2, max_jitter=0.2,
+                           max_delay=RETRY_MAX_DELAY_S, interrupt=interrupted)
+        try:
+            return retry(attempt)
+        except RetryFailedError:  # interrupted between attempts
+            raise CatalogClosedError(f"{what}: stopped while ZooKeeper was unavailable") from None
+
+    # ---- cluster id
+    @_zookeeper_op
+    def ensure_cluster_id(self) -> str:
+        """The id in ``/cluster/id`` (Kafka's ``{"version":"1","id":...}``), created with a
+        random 22-character id if there is none yet (the first broker wins a race)."""
+        candidate = _dump({"version": "1", "id": uuid.uuid4().hex[:22]})
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(CLUSTER_ID, candidate, makepath=True)
+        raw, _ = self.zk.get(CLUSTER_ID)
+        return str(json.loads(raw)["id"])
 
     # ---- brokers
+    @_zookeeper_op
     def register_broker(self, info: BrokerInfo) -> None:
-        """Create the ephemeral ``/brokers/ids/<id>``; waits out a previous session's node."""
+        """Create the ephemeral ``/brokers/ids/<id>`` for our current session (one attempt).
+
+        Done if the node exists and our current session owns it (also after a ConnectionLoss
+        that hid a successful create). A node owned by an earlier session of this catalog --
+        expired, since kazoo changes sessions only on expiry -- is ours to replace: it is
+        deleted (version-checked) and created again, as Kafka's ``registerBroker`` checks the
+        owner instead of failing. A node of any other session raises RegistrationHeldError.
+        """
         data = _dump(
             {"host": info.host, "port": info.port, "rack": info.rack, "version": 5,
              "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"]}
         )
         path = f"{BROKER_IDS}/{info.broker_id}"
-        try:
-            self.zk.create(path, data, ephemeral=True)
-        except NodeExistsError:
+        for _ in range(3):
+            try:
+                self.zk.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
             try:
                 _, stat = self.zk.get(path)
             except NoNodeError:  # the old session's node expired in between: try again
-                self.zk.create(path, data, ephemeral=True)
+                continue
+            owner = int(stat.ephemeralOwner)
+            if owner == self._current_session():
                 return
-            if stat.ephemeralOwner == self.zk.client_id[0]:
-                return
-            raise
+            if not self._was_our_session(owner):
+                raise RegistrationHeldError(
+                    f"/brokers/ids/{info.broker_id} is registered by session {owner:#x}",
+                    owner=owner)
+            log.warning("/brokers/ids/%d is left from our expired session %#x: replacing it",
+                        info.broker_id, owner)
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                self.zk.delete(path, version=stat.version)
+        raise ZooKeeperUnavailableError(
+            f"/brokers/ids/{info.broker_id} changed under us while registering")
 
+    def register_broker_waiting(self, info: BrokerInfo, *,
+                                stopped: Callable[[], bool] = _never) -> None:
+        """Register (:meth:`register_broker`), waiting out ZooKeeper outages (:meth:`retrying`)
+        and a previous run's node until its session expires (:class:`RegistrationWait`).
+
+        Raises BrokerIdInUseError if another session keeps the node past the wait limit, and
+        CatalogClosedError if stopped meanwhile. Blocking: call it from a worker thread.
+        """
+        what = f"registering broker {info.broker_id}"
+        wait = RegistrationWait(limit_s=2 * self.session_timeout + REGISTRATION_GRACE_S,
+                                pause_gap_s=REGISTRATION_POLL_S + 2.0)
+        logged_at = -REGISTRATION_LOG_EVERY_S
+        while True:
+            try:
+                self.retrying(what, self.register_broker, info, stopped=stopped)
+                if wait.owner is not None:
+                    log.warning("registered broker %d after the old registration expired",
+                                info.broker_id)
+                return
+            except RegistrationHeldError as exc:
+                now = time.monotonic()
+                if wait.check(exc.owner, now=now, connected_at=self.connected_at):
+                    raise BrokerIdInUseError(
+                        f"broker id {info.broker_id} is registered by ZooKeeper session "
+                        f"{exc.owner:#x}, which is not ours, for {wait.waited(now):.0f} s",
+                        hint="is another broker running with this broker.id?") from None
+                if wait.since == now or now - logged_at >= REGISTRATION_LOG_EVERY_S:
+                    logged_at = now
+                    log.warning(
+                        "broker id %d is still registered by session %#x (the previous run of "
+                        "this broker?): waiting for it to expire (%.0f s of at most %.0f s)",
+                        info.broker_id, exc.owner, wait.waited(now), wait.limit_s)
+            deadline = time.monotonic() + REGISTRATION_POLL_S
+            while time.monotonic() < deadline:
+                if self._closing.is_set() or stopped():
+                    raise CatalogClosedError(f"{what}: stopped while waiting")
+                time.sleep(0.1)
+
+    @_zookeeper_op
+    def registration(self, broker_id: int) -> Registration:
+        """Who holds ``/brokers/ids/<broker_id>`` now."""
+        stat = self.zk.exists(f"{BROKER_IDS}/{broker_id}")
+        if stat is None:
+            return Registration.ABSENT
+        if int(stat.ephemeralOwner) == self._current_session():
+            return Registration.OURS
+        return Registration.OTHER
+
+    @_zookeeper_op
     def brokers(self) -> dict[int, BrokerInfo]:
         result = {}
         for child in self.zk.get_children(BROKER_IDS):
@@ -173,12 +576,15 @@ class ClusterCatalog:
         return result
 
     # ---- topics
+    @_zookeeper_op
     def topic_names(self) -> list[str]:
         return sorted(self.zk.get_children(TOPICS))
 
+    @_zookeeper_op
     def watch_topics(self, callback: Callable[[list[str]], Any]) -> None:
         self.zk.ChildrenWatch(TOPICS)(callback)
 
+    @_zookeeper_op
     def topic(self, name: str) -> TopicMetadata | None:
         try:
             raw, _ = self.zk.get(f"{TOPICS}/{name}")
@@ -188,6 +594,7 @@ class ClusterCatalog:
         assignment = {int(p): tuple(replicas) for p, replicas in partitions.items()}
         return TopicMetadata(name, dict(sorted(assignment.items())), self.topic_config(name))
 
+    @_zookeeper_op
     def create_topic(
         self,
         name: str,
@@ -229,6 +636,7 @@ class ClusterCatalog:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
             raise failures[0]
 
+    @_zookeeper_op
     def delete_topic(self, name: str) -> None:
         """Remove a topic's znodes (assignment, states, config) behind a delete marker."""
         if not self.zk.exists(f"{TOPICS}/{name}"):
@@ -243,6 +651,7 @@ class ClusterCatalog:
         self.zk.delete(f"{DELETE_TOPICS}/{name}")
 
     # ---- configs
+    @_zookeeper_op
     def topic_config(self, name: str) -> dict[str, str]:
         try:
             raw, _ = self.zk.get(f"{TOPIC_CONFIGS}/{name}")
@@ -250,6 +659,7 @@ class ClusterCatalog:
             return {}
         return {str(k): str(v) for k, v in json.loads(raw).get("config", {}).items()}
 
+    @_zookeeper_op
     def set_topic_config(self, name: str, configs: Mapping[str, str]) -> None:
         path = f"{TOPIC_CONFIGS}/{name}"
         self._put(path, _dump({"version": 1, "config": dict(configs)}))
@@ -265,6 +675,7 @@ class ClusterCatalog:
             except NodeExistsError:
                 self.zk.set(path, value)
 
+    @_zookeeper_op
     def watch_topic_config(self, name: str, callback: Callable[[dict[str, str]], Any]) -> None:
         def on_change(data: bytes | None, _stat: Any) -> bool | None:
             if data is None:
@@ -275,6 +686,7 @@ class ClusterCatalog:
         self.zk.DataWatch(f"{TOPIC_CONFIGS}/{name}")(on_change)
 
     # ---- partition state
+    @_zookeeper_op
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         try:
             raw, stat = self.zk.get(f"{TOPICS}/{topic}/partitions/{partition}/state")
@@ -282,6 +694,7 @@ class ClusterCatalog:
             return None
         return _parse_state(raw, stat.version)
 
+    @_zookeeper_op
     def set_partition_state(self, topic: str, partition: int, state: PartitionState) -> int:
         """Write ``state`` only if the znode is still at ``state.zk_version``; new version back.
 
@@ -291,9 +704,21 @@ class ClusterCatalog:
                            version=state.zk_version)
         return int(stat.version)
 
+    @_zookeeper_op
+    def watch_controller(self, callback: Callable[[int], Any]) -> None:
+        """Call ``callback`` with the controller's broker id (-1: none) now and after every
+        change of ``/controller`` (on kazoo's thread)."""
+
+        def on_change(data: bytes | None, _stat: Any) -> None:
+            callback(_controller_of(data))
+
+        self.zk.DataWatch(CONTROLLER)(on_change)
+
+    @_zookeeper_op
     def watch_brokers(self, callback: Callable[[list[str]], Any]) -> None:
         self.zk.ChildrenWatch(BROKER_IDS)(callback)
 
+    @_zookeeper_op
     def watch_partition_state(
         self, topic: str, partition: int, callback: Callable[[PartitionState | None], Any]
     ) -> None:
@@ -308,6 +733,7 @@ class ClusterCatalog:
 
         self.zk.DataWatch(f"{TOPICS}/{topic}/partitions/{partition}/state")(on_change)
 
+    @_zookeeper_op
     def update_partition_state(self, topic: str, partition: int, state: PartitionState) -> int:
         """A leader's ISR change: write iff the znode is still at ``state.zk_version``.
 
@@ -319,6 +745,7 @@ class ClusterCatalog:
             raise StaleStateError(f"state of {topic}-{partition} changed concurrently") from None
 
     # ---- controller
+    @_zookeeper_op
     def try_become_controller(self, broker_id: int) -> tuple[int, int] | None:
         """Create the ephemeral ``/controller``; if it is ours, bump ``/controller_epoch``.
 
@@ -350,13 +777,15 @@ class ClusterCatalog:
             except BadVersionError:
                 continue
 
+    @_zookeeper_op
     def controller_id(self) -> int:
         try:
             raw, _ = self.zk.get(CONTROLLER)
         except NoNodeError:
             return -1
-        return int(json.loads(raw)["brokerid"])
+        return _controller_of(raw)
 
+    @_zookeeper_op
     def controller_write(self, topic: str, partition: int, state: PartitionState,
                          epoch_version: int) -> None:
         """Apply a controller decision (KAFKA-6082): one transaction that checks the
@@ -372,6 +801,7 @@ class ClusterCatalog:
             raise StaleStateError(f"state of {topic}-{partition} changed concurrently")
 
     # ---- tiered storage
+    @_zookeeper_op
     def publish_storage(self, url: str, options: Mapping[str, str]) -> None:
         """Record where the Delta tables live, for tools and Spark (secrets are left out:
         readers take credentials from their own environment)."""
@@ -379,6 +809,7 @@ class ClusterCatalog:
                   if not any(marker in k.lower() for marker in _SECRET_MARKERS)}
         self._put(STORAGE, _dump({"url": url, "options": public}))
 
+    @_zookeeper_op
     def storage(self) -> tuple[str, dict[str, str]] | None:
         """``(url, options)`` published by the brokers; None if no broker tiers."""
         try:
@@ -388,15 +819,18 @@ class ClusterCatalog:
         data = json.loads(raw)
         return str(data["url"]), {str(k): str(v) for k, v in data.get("options", {}).items()}
 
+    @_zookeeper_op
     def set_tiering_status(self, topic: str, partition: int, status: Mapping[str, Any]) -> None:
         self._put(f"{TIERING}/{topic}/{partition}", _dump(dict(status)))
 
+    @_zookeeper_op
     def announce_table_change(self, topic: str, version: int, operation: str) -> None:
         """Tell every broker that ``topic``'s table lost files at ``version`` (a clean-up job
         committed): they drop cached file lists and row groups (see watch_table_changes)."""
         self._put(f"{TABLE_CHANGES}/{topic}", _dump({
             "version": version, "operation": operation, "updated_ms": int(time.time() * 1000)}))
 
+    @_zookeeper_op
     def watch_table_changes(self, topic: str, callback: Callable[[], Any],
                             alive: Callable[[], bool]) -> None:
         """Call ``callback`` now and after every :meth:`announce_table_change` of ``topic``
@@ -410,6 +844,7 @@ class ClusterCatalog:
 
         self.zk.DataWatch(f"{TABLE_CHANGES}/{topic}")(on_change)
 
+    @_zookeeper_op
     def tiering_status(self, topic: str) -> dict[int, dict[str, Any]]:
         """Partition -> the status its leader last reported (see the layout above)."""
         try:
@@ -423,6 +858,7 @@ class ClusterCatalog:
                 result[int(child)] = dict(json.loads(raw))
         return result
 
+    @_zookeeper_op
     def all_partition_states(self) -> dict[tuple[str, int], tuple[tuple[int, ...],
                                                                    PartitionState]]:
         """(topic, partition) -> (replicas, state) for every partition with a state znode."""
@@ -436,6 +872,16 @@ class ClusterCatalog:
                 if state is not None:
                     result[(name, partition)] = (replicas, state)
         return result
+
+
+def _controller_of(raw: bytes | None) -> int:
+    """``brokerid`` of a ``/controller`` value; -1 for none (or an unreadable value)."""
+    if not raw:
+        return -1
+    try:
+        return int(json.loads(raw)["brokerid"])
+    except (ValueError, KeyError, TypeError):
+        return -1
 
 
 def _parse_state(raw: bytes, version: int) -> PartitionState:

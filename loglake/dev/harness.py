@@ -23,13 +23,14 @@ keeps the directory so a failing test's logs can be read (:meth:`DevCluster.brok
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
-from loglake.dev import cluster
+from loglake.dev import cluster, net, process
 from loglake.dev.cluster import ClusterInfo, ProcessStatus
-from loglake.dev.errors import ClusterStateError
+from loglake.dev.errors import ClusterStateError, StartupError
 from loglake.dev.net import free_port_block
 from loglake.dev.zookeeper import DEFAULT_TICK_TIME_MS, ZooKeeperServer
 
@@ -167,9 +168,31 @@ class DevCluster:
         """SIGTERM the broker (SIGKILL after the stop timeout); returns when it is gone."""
         cluster.stop_broker(self.data_dir, broker_id, timeout=self.stop_timeout)
 
-    def start_broker(self, broker_id: int) -> None:
-        """Start a stopped/killed broker; returns once it answers ApiVersions."""
-        cluster.start_broker(self.data_dir, broker_id, timeout=self.start_timeout)
+    def start_broker(self, broker_id: int, *, wait: bool = True) -> None:
+        """Start a stopped/killed broker; with ``wait``, return once it answers ApiVersions
+        (else at once: see :meth:`wait_broker_ready`)."""
+        cluster.start_broker(self.data_dir, broker_id, wait=wait, timeout=self.start_timeout)
+
+    def broker_alive(self, broker_id: int) -> bool:
+        """Whether the broker's recorded process runs (paused counts as running)."""
+        return any(s.alive for s in self.status() if s.role == "broker" and s.id == broker_id)
+
+    def wait_broker_ready(self, broker_id: int, *, timeout: float) -> None:
+        """Return once the broker answers ApiVersions (it has registered and listens).
+
+        Raises StartupError (with its log tail) if its process exits first or ``timeout``
+        seconds pass."""
+        deadline = time.monotonic() + timeout
+        log_path = self.data_dir / "logs" / f"broker-{broker_id}.log"
+        while not net.kafka_api_versions_ok(self.broker_port(broker_id)):
+            if not self.broker_alive(broker_id):
+                raise StartupError(f"broker-{broker_id} exited during startup",
+                                   log_path=log_path, log_tail=process.log_tail(log_path))
+            if time.monotonic() >= deadline:
+                raise StartupError(f"broker-{broker_id} did not answer ApiVersions within "
+                                   f"{timeout:g}s", log_path=log_path,
+                                   log_tail=process.log_tail(log_path))
+            time.sleep(0.2)
 
     def restart_broker(self, broker_id: int) -> None:
         """Stop the broker if it runs (gracefully, even if paused), start it, wait until it
