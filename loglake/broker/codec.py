@@ -5,11 +5,17 @@ request header (v1 for non-flexible API versions, v2 with a tagged-field section
 ones); a response starts with a response header (v0, or v1 for flexible versions except
 ApiVersions, whose response header is always v0 so that old clients can parse the error).
 
+Bounds first: kio's native reader reserves memory for a declared array count before it reads
+the elements (a count of 2**32 aborts the process), so every request frame is checked by
+:func:`loglake.broker.request_bounds.check_request` before kio sees it: each length, count and
+varint against the bytes left, null only where the schema allows it, at most
+``MAX_REQUEST_ELEMENTS`` array elements. Only a frame that passes is decoded.
+
 Unknown tagged fields: the protocol says a receiver must skip tagged fields it does not know.
-kio's native reader raises ``KeyError('Unknown tagged field tag: N')`` instead, so decoding falls
-back to :func:`tolerant_reader`, a Python walker over the same kio schema classes that reads known
-fields with kio's field readers and skips unknown tags by their declared size. The native reader
-stays the fast path.
+kio's native reader raises ``KeyError('Unknown tagged field tag: N')`` instead; the bounds check
+reports unknown tags, and such frames are decoded by :func:`tolerant_reader`, a Python walker
+over the same kio schema classes that reads known fields with kio's field readers and skips
+unknown tags by their declared size. The native reader stays the fast path.
 
 Responses are built from plain dictionaries with :func:`build`, which fills only the fields the
 negotiated version has and supplies defaults for the rest, so one handler serves every version.
@@ -41,11 +47,13 @@ from kio.serial.readers import (
 )
 from kio.static.constants import EntityType
 
+from loglake.broker.request_bounds import FrameError, check_request
+
+__all__ = ["FrameError", "RequestFrame", "build", "decode_header", "decode_request",
+           "encode_response", "read_entity", "request_class", "response_class",
+           "tolerant_reader"]
+
 E = TypeVar("E")
-
-
-class FrameError(Exception):
-    """The frame cannot be decoded; the connection should be closed (no error code exists)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,11 +104,19 @@ def decode_header(data: bytes) -> tuple[int, int, int]:
 
 
 def decode_request(data: bytes, api_key: int, api_version: int) -> RequestFrame:
-    """Decode header and body of a request whose API key and version we support."""
+    """Decode header and body of a request whose API key and version we support.
+
+    Raises :class:`FrameError` for a frame that breaks the bounds (see module docstring) or
+    does not decode; nothing is allocated for a frame's declared sizes before they are checked.
+    """
     cls = request_class(api_key, api_version)
     header_cls = cls.__header_schema__
-    header, offset = read_entity(header_cls, data, 0)
-    body, _size = read_entity(cls, data, offset)
+    if check_request(data, header_cls, cls):  # unknown tagged fields: skip them
+        header, offset = _tolerant(header_cls, data, 0)
+        body, _size = _tolerant(cls, data, offset)
+    else:
+        header, offset = read_entity(header_cls, data, 0)
+        body, _size = read_entity(cls, data, offset)
     # Like Kafka's generated readers, bytes after the body are ignored: librdkafka sends
     # three extra bytes after an all-topics Metadata v12 request, and Kafka accepts them.
     return RequestFrame(
