@@ -57,16 +57,51 @@ class TopicExistsError(LoglakeError):
     code = ErrorCode.topic_already_exists
 
 
+RecordError = tuple[int, str]
+"""Kafka's RecordError: (index of the record in its batch, what is wrong with it)."""
+
+
 class InvalidRecordError(LoglakeError):
-    """A record batch is structurally invalid."""
+    """A record batch is structurally invalid. ``record_errors`` names the offending records
+    (index in the batch, message) for the Produce response (v8+, KIP-467)."""
 
     code = ErrorCode.invalid_record
 
+    def __init__(self, message: str, *, hint: str | None = None,
+                 record_errors: tuple[RecordError, ...] = ()) -> None:
+        super().__init__(message, hint=hint)
+        self.record_errors = record_errors
+
 
 class InvalidTimestampError(LoglakeError):
-    """A record timestamp is not acceptable."""
+    """A record timestamp is not acceptable; ``record_errors`` as for InvalidRecordError."""
 
     code = ErrorCode.invalid_timestamp
+
+    def __init__(self, message: str, *, hint: str | None = None,
+                 record_errors: tuple[RecordError, ...] = ()) -> None:
+        super().__init__(message, hint=hint)
+        self.record_errors = record_errors
+
+
+class UnsupportedCompressionTypeError(LoglakeError):
+    """A batch's compression codec is unknown, or zstd on a Produce request below v7."""
+
+    code = ErrorCode.unsupported_compression_type
+
+
+class RecordListTooLargeError(LoglakeError):
+    """A produced batch is larger than the topic's segment.bytes (Kafka's
+    RecordBatchTooLargeException)."""
+
+    code = ErrorCode.record_list_too_large
+
+
+class TransactionalIdAuthorizationError(LoglakeError):
+    """A transactional write without an authorised transactional id (transactions are not
+    supported by this broker)."""
+
+    code = ErrorCode.transactional_id_authorization_failed
 
 
 class InvalidPartitionsError(LoglakeError):
@@ -79,6 +114,12 @@ class InvalidRequestError(LoglakeError):
     """The request is malformed."""
 
     code = ErrorCode.invalid_request
+
+
+class KafkaStorageError(LoglakeError):
+    """The replica's log on this broker cannot be opened or read (an offline replica)."""
+
+    code = ErrorCode.kafka_storage_error
 
 
 class NotLeaderError(LoglakeError):

@@ -66,7 +66,12 @@ from loglake.catalog.zookeeper import (
     zookeeper_unavailable,
 )
 from loglake.config import BrokerConfig, TopicConfig
-from loglake.errors import LoglakeError, NotLeaderError, UnknownTopicError
+from loglake.errors import (
+    KafkaStorageError,
+    LoglakeError,
+    NotLeaderError,
+    UnknownTopicError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +97,8 @@ class Broker:
         self.topic_ids: dict[str, uuid.UUID] = {}
         self.live_brokers: dict[int, BrokerInfo] = {}
         self.partition_states: dict[tuple[str, int], PartitionState] = {}  # metadata cache
+        # hosted replicas that could not be opened: (topic, partition) -> why
+        self.offline_partitions: dict[tuple[str, int], str] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
@@ -335,7 +342,8 @@ class Broker:
                 self.catalog.watch_topic_config(name, self._config_watcher(name))
             self._apply_config(name, meta.configs)
             for index, replicas in meta.assignment.items():
-                if self.config.broker_id in replicas and (name, index) not in self.partitions:
+                if (self.config.broker_id in replicas and (name, index) not in self.partitions
+                        and (name, index) not in self.offline_partitions):
                     self._open_partition(name, index, replicas)
                 if first_time:
                     self.catalog.watch_partition_state(name, index,
@@ -376,15 +384,84 @@ class Broker:
         return bool(config and config.unclean_leader_election_enable)
 
     def _open_partition(self, topic: str, index: int, replicas: tuple[int, ...]) -> None:
-        partition = Partition(
-            topic, index, self.partition_dir(topic, index), self.topic_configs[topic],
-            broker_id=self.config.broker_id, replicas=replicas, clock=self.clock,
-        )
+        """Open a hosted replica. One that cannot be opened goes offline; it never stops the
+        broker or its other partitions (see :meth:`_replace_offline_replica`)."""
+        key = (topic, index)
+        try:
+            partition = Partition(
+                topic, index, self.partition_dir(topic, index), self.topic_configs[topic],
+                broker_id=self.config.broker_id, replicas=replicas, clock=self.clock,
+            )
+        except Exception as exc:  # any failure (I/O, damage, a bug): this partition only
+            reason = f"{type(exc).__name__}: {exc}"
+            self.offline_partitions[key] = reason
+            log.error("%s-%d cannot be opened and is offline: %s", topic, index, reason)
+            if len(replicas) > 1 and not self.stopping:
+                self._tasks.append(asyncio.ensure_future(
+                    self._replace_offline_replica(topic, index, replicas)))
+            return
+        self.offline_partitions.pop(key, None)
         partition.log.on_roll = self.tierer.poke
-        self.partitions[(topic, index)] = partition
+        self.partitions[key] = partition
+        damage = partition.log.recovery_damage
+        if damage is not None:
+            log.warning("%s: recovery cut the log at offset %d (%s); dropped %d later "
+                        "segment(s); the replica re-fetches from there and stays out of the "
+                        "ISR until it has", partition.name, damage.truncated_at, damage.reason,
+                        len(damage.dropped_segments))
         log.info("opened %s at offsets [%d, %d), hw %d", partition.name,
                  partition.log_start_offset, partition.log.log_end_offset,
                  partition.high_watermark)
+
+    async def _replace_offline_replica(self, topic: str, index: int,
+                                       replicas: tuple[int, ...]) -> None:
+        """Re-replicate an offline replica from the others, once that cannot lose data.
+
+        Steps: (1) make sure this broker neither leads the partition nor is in its ISR (a
+        version-checked write handing leadership to another live ISR member and/or leaving
+        the ISR, as a controlled shutdown does); while that is impossible (no other in-sync
+        replica is alive) the replica stays offline and this is retried; (2) rename the
+        damaged directory aside (``<dir>.<ms>.damaged``, kept for the operator); (3) open an
+        empty replica, which fetches everything from the leader and rejoins the ISR once it
+        has caught up.
+        """
+        key = (topic, index)
+        me = self.config.broker_id
+        for _ in range(720):  # bounded: about an hour of retries at 5 s
+            if self.stopping or key not in self.offline_partitions or topic not in self.topics:
+                return
+            try:
+                state = await self.zk_call(self.catalog.partition_state, topic, index)
+                if state is not None and (state.leader == me or me in state.isr):
+                    moves = election.shutdown_moves(
+                        [election.PartitionView(topic, index, replicas, state)], me,
+                        set(self.live_brokers))
+                    if moves:
+                        await self.zk_call(self.catalog.update_partition_state, topic, index,
+                                           moves[0].state)
+                        log.warning("%s-%d (offline here): %s", topic, index,
+                                    moves[0].reason.replace("controlled shutdown of", "replica"))
+                        continue  # re-read: the write must have landed
+                else:
+                    if key in self.partitions or key not in self.offline_partitions:
+                        return  # reopened meanwhile
+                    directory = self.partition_dir(topic, index)
+                    if directory.exists():
+                        aside = directory.with_name(
+                            f"{directory.name}.{int(time.time() * 1000)}.damaged")
+                        directory.rename(aside)
+                        log.warning("%s-%d: damaged replica moved to %s; re-replicating it "
+                                    "from the leader", topic, index, aside.name)
+                    self._open_partition(topic, index, replicas)
+                    partition = self.partitions.get(key)
+                    if partition is not None:
+                        self._apply_state(partition, self.partition_states.get(key))
+                    return
+            except StaleStateError:
+                continue
+            except Exception as exc:
+                log.warning("%s-%d stays offline: %s", topic, index, exc)
+            await asyncio.sleep(5.0)
 
     def _state_watcher(self, topic: str, index: int) -> Callable[[PartitionState | None], None]:
         return lambda state: self.run_soon(lambda: self._on_state(topic, index, state))
@@ -435,6 +512,8 @@ class Broker:
         self.topic_ids.pop(name, None)
         for key in [k for k in self.partition_states if k[0] == name]:
             del self.partition_states[key]
+        for key in [k for k in self.offline_partitions if k[0] == name]:
+            del self.offline_partitions[key]
         for key in [k for k in self.partitions if k[0] == name]:
             for fetcher in self.fetchers.values():
                 fetcher.remove(key)
@@ -451,6 +530,11 @@ class Broker:
         UnknownTopicError (no such partition) or NotLeaderError (clients refresh metadata)."""
         partition = self.partitions.get((topic, index))
         if partition is None:
+            offline = self.offline_partitions.get((topic, index))
+            if offline is not None:
+                raise KafkaStorageError(
+                    f"The replica of {topic}-{index} on broker {self.config.broker_id} is "
+                    f"offline: {offline}")
             meta = self.topics.get(topic)
             if meta is None or index not in meta.assignment:
                 raise UnknownTopicError(f"This server does not host {topic}-{index}.")
@@ -490,6 +574,10 @@ class Broker:
     async def _controlled_shutdown(self) -> None:
         if not self.zk_healthy():
             return
+        # stop fetching first: a fetch after we left an ISR would let the leader add us back
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
         live = set(self.live_brokers)
         views = [
             election.PartitionView(p.topic, p.index, p.replicas, p.state)

@@ -83,9 +83,14 @@ def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
         return {"error_code": error, "name": name, "partitions": []}
     live = broker.live_brokers
     partitions = []
+    me = broker.config.broker_id
     for index, replicas in meta.assignment.items():
         state = broker.partition_states.get((name, index))
-        leader = state.leader if state is not None and state.leader in live else -1
+        offline = [r for r in replicas if r not in live
+                   or (r == me and (name, index) in broker.offline_partitions)]
+        leader = state.leader if state is not None and state.leader not in offline else -1
+        if leader not in live:
+            leader = -1
         partitions.append(
             {
                 "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
@@ -94,7 +99,7 @@ def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
                 "leader_epoch": state.leader_epoch if state is not None else -1,
                 "replica_nodes": list(replicas),
                 "isr_nodes": list(state.isr) if state is not None else [],
-                "offline_replicas": [r for r in replicas if r not in live],
+                "offline_replicas": offline,
             }
         )
     return {

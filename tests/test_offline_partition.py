@@ -1,0 +1,139 @@
+"""One damaged partition never stops a broker (issue: hardening, item 5).
+
+* a replica that cannot be opened at all (here: a segment's ``.log`` replaced by a directory, so
+  opening it fails with EISDIR) goes offline: the broker starts, its other partitions serve,
+  the offline one answers KAFKA_STORAGE_ERROR and is reported in Metadata's offline replicas;
+* a corrupt batch header in a sealed segment (the case that used to raise out of the producer
+  state rebuild) cuts that partition's log at the bad batch; the broker and the other
+  partitions are unaffected;
+* with other replicas, an unopenable replica is moved aside and re-replicated from the leader,
+  and rejoins the ISR holding every acknowledged record.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from loglake.dev.harness import DevCluster
+from loglake.segments.batch import iter_batches
+from loglake.segments.filenames import LOG_SUFFIX
+from tests.admin_util import create_topic
+from tests.replication_checks import (
+    REPLICATION_OVERRIDES,
+    broker_logs_on_failure,
+    create_replicated_topic,
+    describe,
+    raw_produce,
+    read_replica,
+    replica_dir,
+    wait_for_full_isr,
+)
+from tests.wire import WireClient
+
+KAFKA_STORAGE_ERROR = 56
+
+
+def _produce(bootstrap: str, topic: str, count: int, *, start: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "batch.num.messages": 50, "message.timeout.ms": 30_000})
+    for i in range(start, start + count):
+        producer.produce(topic, value=b"%08d" % i, partition=0)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def _consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.time()}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def _segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*" + LOG_SUFFIX))
+
+
+def test_unopenable_partition_goes_offline_and_the_broker_keeps_serving(tmp_path: Path) -> None:
+    with DevCluster(tmp_path / "dev") as dev, broker_logs_on_failure(dev, [1]):
+        for name in ("good", "bad"):
+            create_topic(dev.bootstrap_servers, name, config={"segment.bytes": "4000",
+                                                              "remote.storage.enable": "false"})
+            _produce(dev.bootstrap_servers, name, 1000)
+        dev.stop_broker(1)
+        bad_dir = dev.data_dir / "broker-1" / "data" / "bad-0"
+        first = _segments(bad_dir)[0]
+        first.unlink()
+        first.mkdir()  # opening the segment now fails with IsADirectoryError
+        dev.start_broker(1)
+        _produce(dev.bootstrap_servers, "good", 10, start=1000)
+        assert _consume(dev.bootstrap_servers, "good", 1010) == [b"%08d" % i for i in range(1010)]
+        with WireClient.connect(dev.bootstrap_servers) as client:
+            error, _ = raw_produce(client, "bad", 0, [b"x"], acks=1)
+        assert error == KAFKA_STORAGE_ERROR
+        view = describe(dev.bootstrap_servers, "bad")[0]
+        assert view.leader == -1 and view.error is not None
+        assert "cannot be opened and is offline" in dev.broker_log(1)
+        first.rmdir()  # the operator repairs (here: the segment is gone), restarts: back online
+        dev.restart_broker(1)
+        with WireClient.connect(dev.bootstrap_servers) as client:
+            error, _ = raw_produce(client, "bad", 0, [b"x"], acks=1)
+        assert error == 0
+
+
+def test_corrupt_batch_header_cuts_one_partition_only(tmp_path: Path) -> None:
+    with DevCluster(tmp_path / "dev") as dev, broker_logs_on_failure(dev, [1]):
+        for name in ("good", "bad"):
+            create_topic(dev.bootstrap_servers, name, config={"segment.bytes": "4000",
+                                                              "remote.storage.enable": "false"})
+            _produce(dev.bootstrap_servers, name, 1000)
+        dev.stop_broker(1)
+        segment = _segments(dev.data_dir / "broker-1" / "data" / "bad-0")[1]
+        data = bytearray(segment.read_bytes())
+        third = list(iter_batches(bytes(data)))[2]
+        struct.pack_into(">i", data, third.position + 8, 0x7FFFFFF0)  # absurd batchLength
+        segment.write_bytes(data)
+        dev.start_broker(1)
+        assert _consume(dev.bootstrap_servers, "good", 1000) == [b"%08d" % i for i in range(1000)]
+        got = _consume(dev.bootstrap_servers, "bad", third.base_offset, timeout=15)
+        assert got == [b"%08d" % i for i in range(third.base_offset)]
+        _produce(dev.bootstrap_servers, "bad", 5, start=5000)  # appends continue after the cut
+        assert "recovery cut the log at offset" in dev.broker_log(1)
+
+
+def test_unopenable_follower_replica_is_rereplicated(tmp_path: Path) -> None:
+    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
+            broker_logs_on_failure(dev):
+        create_replicated_topic(dev.bootstrap_servers, "rr", partitions=1,
+                                assignment=[[1, 2, 3]],
+                                config={"segment.bytes": "4000",
+                                        "remote.storage.enable": "false"})
+        _produce(dev.bootstrap_servers, "rr", 2000)
+        dev.stop_broker(3)
+        directory = replica_dir(dev.data_dir, 3, "rr", 0)
+        victim = _segments(directory)[2]
+        victim.unlink()
+        victim.mkdir()
+        _produce(dev.bootstrap_servers, "rr", 500, start=2000)
+        dev.start_broker(3)
+        wait_for_full_isr(dev.bootstrap_servers, "rr", [0], 3, timeout=90)
+        deadline = time.monotonic() + 60
+        values: dict[int, bytes | None] = {}
+        while time.monotonic() < deadline and len(values) < 2500:
+            values = read_replica(directory)
+            time.sleep(0.5)
+        assert [values.get(i) for i in range(2500)] == [b"%08d" % i for i in range(2500)]
+        moved = list(directory.parent.glob("rr-0.*.damaged"))
+        assert len(moved) == 1 and (moved[0] / victim.name).is_dir()  # kept for the operator
