@@ -18,6 +18,25 @@ what a crash at each leaves::
 The tierer is woken when a segment rolls or the high watermark moves and also runs every
 ``remote.log.manager.task.interval.ms``.
 
+Poison: a segment is never retried forever because of its bytes. Batches that do not decode
+(failed CRC, malformed records, undecodable compression, wrong record count, unframeable bytes)
+are quarantined in step 1 (segments/tier_quarantine.py): committed as quarantined rows with the
+raw bytes and the error, so the tiered end moves past them and local retention can delete the
+segment. Each quarantined batch is logged once (WARNING, after its commit), counted in the
+commit's metadata (``loglake.quarantined``) and in the tiering status (``quarantined``: rows of
+the partition's live files, from Delta statistics). Tier reads serve their offsets as a gap
+(:meth:`Tierer.read`), as after compaction: librdkafka stalls without an error on a malformed
+batch and the Java consumer throws until the application seeks, while the table keeps the
+bytes for whoever wants to look (``decode_error IS NOT NULL``).
+
+Failures that are not about the bytes (object store unreachable, a Delta commit that keeps
+losing, the worker process dying) are retried with a per-partition back-off (from the task
+interval, doubling, at most MAX_BACKOFF_S) and logged by failure_log.FailureLog: the first
+failure with its traceback, then one line with a count every failure_log.REPEAT_INTERVAL_S
+(5 minutes), one line when it works again; local retention and background checkpoints alike.
+The tiering status carries ``failures`` (in a row) and ``last_error`` while tiering fails. A
+dead worker process is replaced on the next attempt.
+
 Local retention (every ``log.retention.check.interval.ms``, every hosted replica): deletes the
 oldest local segments per segments/retention.py; on tiered topics only segments already in the
 table (followers read the table's tiered_end themselves), and on compacted tiered topics every
@@ -44,28 +63,37 @@ from __future__ import annotations
 import asyncio
 import bisect
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import ctypes
+import json
 import logging
 import multiprocessing
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
+from loglake.broker.failure_log import FailureLog
 from loglake.broker.partition import Partition, Role
 from loglake.faults import crash_point
 from loglake.segments.batch import peek_header
 from loglake.segments.log import SegmentInfo
 from loglake.segments.retention import deletable_prefix, local_limits
 from loglake.segments.storage import Storage
+from loglake.segments.tier_quarantine import Quarantined
 from loglake.segments.tier_rows import rows_to_batches
-from loglake.segments.tiered_table import TieredTable, cleaned_end, write_segment_file
+from loglake.segments.tiered_table import (
+    SegmentWrite,
+    TieredTable,
+    cleaned_end,
+    write_segment_file,
+)
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
@@ -79,6 +107,12 @@ PR_SET_PDEATHSIG = 1
 READER_REFRESH_S = 5.0
 """Longest a broker serves tier reads from a cached snapshot when it missed a table-change
 announcement (ZooKeeper unreachable); announced changes apply at once."""
+MAX_BACKOFF_S = 30.0
+"""Longest wait before tiering a partition again after failures in a row."""
+QUARANTINE_LOG_LINES = 5
+"""Quarantined batches logged one per line per commit; the rest as one count."""
+QUARANTINE_METADATA_ITEMS = 20
+"""Quarantined batches described in a commit's ``loglake.quarantined`` metadata."""
 
 
 @dataclass
@@ -87,6 +121,7 @@ class _Progress:
 
     leader_epoch: int
     tiered_end: int | None  # app txn version + 1 as last read from / committed to the table
+    quarantined: int | None = None  # quarantined rows in the live files (None: reload)
     last_status: dict[str, Any] = field(default_factory=dict)
     last_status_s: float = 0.0
 
@@ -155,6 +190,8 @@ class Tierer:
         self._checkpointing: set[str] = set()
         self._commits: dict[str, int] = {}  # tier commits per topic (checkpoint checks)
         self._tasks: set[asyncio.Future[None]] = set()
+        self._failures = FailureLog(log)
+        self._retry_at: dict[Key, float] = {}  # partitions backing off after failures
 
     # ------------------------------------------------------------------ helpers
     def tiered(self, topic: str) -> bool:
@@ -175,6 +212,15 @@ class Tierer:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
+    async def _in_worker(self, func: Callable[..., T], *args: Any) -> T:
+        """``func(*args)`` in the worker process; a worker that died (killed, out of memory)
+        is replaced by the next call instead of failing every call after."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._worker(), func, *args)
+        except concurrent.futures.process.BrokenProcessPool:
+            self.close()
+            raise
+
     def _checkpoint_soon(self, topic: str) -> None:
         """Write a Delta checkpoint in the background when one is due (one task per topic, on
         its own table object, so tier commits never wait for it)."""
@@ -185,10 +231,12 @@ class Tierer:
         self._checkpointing.add(topic)
 
         async def checkpoint() -> None:
+            what = f"Delta checkpoint of {topic}"
             try:
                 await asyncio.to_thread(table.checkpoint_if_due)
-            except Exception:
-                log.exception("Delta checkpoint of %s failed; will retry", topic)
+                self._failures.succeeded(("checkpoint", topic), what)
+            except Exception as exc:
+                self._failures.failed(("checkpoint", topic), what, exc)
             finally:
                 self._checkpointing.discard(topic)
 
@@ -239,6 +287,9 @@ class Tierer:
             del self._chunks[key]
         for key in [k for k in self._starts if k[0] == topic]:
             del self._starts[key]
+        for key, progress in self._progress.items():
+            if key[0] == topic:
+                progress.quarantined = None  # files were replaced or removed: count again
 
     def _table(self, tables: dict[str, _Guarded], topic: str) -> _Guarded:
         assert self.storage is not None
@@ -264,6 +315,9 @@ class Tierer:
             del self._chunks[key]
         for key in [k for k in self._starts if k[0] == topic]:
             del self._starts[key]
+        for key in [k for k in self._retry_at if k[0] == topic]:
+            del self._retry_at[key]
+        self._failures.forget(lambda k: _about_topic(k, topic))
 
     async def delete_table(self, topic: str) -> None:
         """Remove a deleted topic's Delta table (Kafka deletes remote data with the topic), so
@@ -300,10 +354,7 @@ class Tierer:
             if self.storage is not None and self.broker.zk_healthy():
                 for partition in list(self.broker.partitions.values()):
                     if partition.role is Role.LEADER and self.tiered(partition.topic):
-                        try:
-                            await self._tier_partition(partition)
-                        except Exception:
-                            log.exception("tiering %s failed; will retry", partition.name)
+                        await self._tier_guarded(partition, interval)
             check = self.broker.config.log_retention_check_interval_ms / 1000
             if time.monotonic() - self._last_retention >= check:
                 self._last_retention = time.monotonic()
@@ -314,6 +365,27 @@ class Tierer:
                 for topic in {topic for topic, _ in self._starts} | set(self._readers):
                     self._table_changed(topic)
 
+    async def _tier_guarded(self, partition: Partition, interval: float) -> None:
+        """Tier one partition unless it is backing off; failures are counted, logged without
+        a traceback per attempt, reported in the status, and delay the next attempt."""
+        key = (partition.topic, partition.index)
+        if time.monotonic() < self._retry_at.get(key, 0.0):
+            return
+        what = f"tiering {partition.name}"
+        try:
+            await self._tier_partition(partition)
+        except Exception as exc:
+            failures = self._failures.failed(("tier", key), what, exc)
+            delay = min(max(interval, 0.1) * 2 ** min(failures - 1, 16), MAX_BACKOFF_S)
+            self._retry_at[key] = time.monotonic() + delay
+            progress = self._progress.get(key)
+            if progress is not None:
+                with contextlib.suppress(Exception):
+                    await self._report(partition, progress)
+            return
+        self._retry_at.pop(key, None)
+        self._failures.succeeded(("tier", key), what)
+
     async def _load_progress(self, partition: Partition) -> _Progress:
         key = (partition.topic, partition.index)
         progress = self._progress.get(key)
@@ -322,8 +394,9 @@ class Tierer:
             writer = self._writer(partition.topic)
             end = await writer.call(writer.table.tiered_end, partition.index)
             start = await writer.call(writer.table.start_offset, partition.index)
+            quarantined = await writer.call(writer.table.quarantined, partition.index)
             self._starts[key] = start
-            progress = _Progress(partition.leader_epoch, end)
+            progress = _Progress(partition.leader_epoch, end, quarantined)
             self._progress[key] = progress
         return progress
 
@@ -347,26 +420,32 @@ class Tierer:
             segment = _next_sealed(partition, begin)
             if segment is None:
                 break
-            pending = await asyncio.get_running_loop().run_in_executor(
-                self._worker(), write_segment_file, storage, partition.topic,
-                partition.index, segment.log_path, begin, segment.next_offset)
+            written: SegmentWrite = await self._in_worker(
+                write_segment_file, storage, partition.topic, partition.index,
+                segment.log_path, begin, segment.next_offset)
+            pending = written.pending
             last_offset = segment.next_offset - 1
-            if pending is None:
-                break  # nothing decodable to tier (should not happen for a sealed segment)
             crash_point("tier-after-write")
             if (partition.role is not Role.LEADER
                     or partition.leader_epoch != progress.leader_epoch):
                 break  # leadership moved while writing: the new leader tiers it
-            committed = await writer.call(writer.table.commit, partition.index, [pending],
-                                          last_offset, expected_end=progress.tiered_end)
+            committed = await writer.call(
+                writer.table.commit, partition.index, [] if pending is None else [pending],
+                last_offset, expected_end=progress.tiered_end,
+                metadata=_quarantine_metadata(written.quarantined))
             crash_point("tier-after-commit")
             if committed:
                 self._checkpoint_soon(partition.topic)
-                if progress.tiered_end is None:  # the partition's first tier commit
+                if progress.tiered_end is None and pending is not None:  # first tier commit
                     self._starts[key] = pending.first_offset
                 progress.tiered_end = last_offset + 1
-                log.info("%s: tiered offsets [%d, %d] (%d records)", partition.name, begin,
-                         last_offset, pending.num_records)
+                stored = sum(1 for q in written.quarantined if q.stored)
+                if progress.quarantined is not None:
+                    progress.quarantined += stored
+                log.info("%s: tiered offsets [%d, %d] (%d rows, %d quarantined)",
+                         partition.name, begin, last_offset,
+                         0 if pending is None else pending.num_records, stored)
+                _log_quarantined(partition.name, segment, written.quarantined)
             else:
                 progress.tiered_end = await writer.call(writer.table.tiered_end, partition.index)
                 log.info("%s: another writer tiered up to %s", partition.name,
@@ -383,6 +462,12 @@ class Tierer:
         if untiered:
             with contextlib.suppress(OSError):
                 lag_seconds = max(0.0, time.time() - untiered[0].log_path.stat().st_mtime)
+        if progress.quarantined is None and self.storage is not None:
+            with contextlib.suppress(Exception):  # recounted after a clean-up job's change
+                writer = self._writer(partition.topic)
+                progress.quarantined = await writer.call(_refreshed_quarantined, writer.table,
+                                                         partition.index)
+        failing = ("tier", (partition.topic, partition.index))
         status = {
             "tiered_end": progress.tiered_end,
             "tier_start": self._starts.get((partition.topic, partition.index)),
@@ -390,6 +475,9 @@ class Tierer:
             "high_watermark": partition.high_watermark,
             "lag_offsets": max(0, untiered[-1].next_offset - tiered_end) if untiered else 0,
             "lag_seconds": round(lag_seconds, 3),
+            "quarantined": progress.quarantined,
+            "failures": self._failures.failures(failing),
+            "last_error": self._failures.last_error(failing),
             "leader": self.broker.config.broker_id,
         }
         now = time.monotonic()
@@ -438,8 +526,12 @@ class Tierer:
                         log.info("%s: local retention deleted %d segment(s); local log now "
                                  "starts at %d", partition.name, deleted,
                                  partition.log_start_offset)
-            except Exception:
-                log.exception("local retention of %s failed", partition.name)
+            except Exception as exc:
+                self._failures.failed(("retention", key), f"local retention of {partition.name}",
+                                      exc)
+            else:
+                self._failures.succeeded(("retention", key),
+                                         f"local retention of {partition.name}")
 
     # ------------------------------------------------------------------ tier reads
     async def tier_start(self, partition: Partition) -> int | None:
@@ -491,7 +583,7 @@ class Tierer:
             if rows is None:  # the snapshot is stale or may miss newer files
                 rows = await reader.call(_refreshed_chunk, reader.table, partition.index, offset)
             if rows is None:
-                return None
+                return await self._after_tier(partition, offset, max_bytes, min_one_batch)
             batches = await asyncio.to_thread(rows_to_batches, rows)
             headers = [peek_header(data) for data in batches]
             chunk = _Chunk([(h.base_offset, h.last_offset, data)
@@ -499,6 +591,18 @@ class Tierer:
             if self._changes.get(partition.topic, 0) == generation:
                 self._chunks[key] = chunk  # (not if the table changed while reading)
         return chunk.slice(offset, max_bytes, min_one_batch)
+
+    async def _after_tier(self, partition: Partition, offset: int, max_bytes: int,
+                          min_one_batch: bool) -> bytes | None:
+        """A fetch at ``offset`` below the local log start that the table holds no batch at or
+        after: when the table covers ``offset`` (its tail is quarantined rows, a gap to
+        consumers), the answer is the local log's first batches, as a fetch in a gap gets the
+        next batch; else None (out of range)."""
+        start = await self.tier_start(partition)
+        if start is None or offset < start or offset >= partition.log_start_offset:
+            return None
+        return partition.read(partition.log_start_offset, max_bytes,
+                              min_one_batch=min_one_batch)
 
     async def offset_for_timestamp(self, partition: Partition,
                                    timestamp_ms: int) -> tuple[int, int] | None:
@@ -521,6 +625,45 @@ def _die_with_parent(parent: int) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # the broker died before prctl took effect
         os._exit(0)
+
+
+def _about_topic(key: object, topic: str) -> bool:
+    """Whether a FailureLog key (``(kind, topic)`` or ``(kind, (topic, partition))``) is
+    about ``topic``."""
+    if not isinstance(key, tuple) or len(key) != 2:
+        return False
+    subject = key[1]
+    return subject == topic or (isinstance(subject, tuple) and subject[:1] == (topic,))
+
+
+def _quarantine_metadata(quarantined: Sequence[Quarantined]) -> dict[str, str] | None:
+    """The commit metadata of a tier commit that quarantined batches (None: it did not)."""
+    if not quarantined:
+        return None
+    items = [{"first_offset": q.first_offset, "last_offset": q.last_offset,
+              "position": q.position, "size": q.size, "framed": q.framed,
+              "stored": q.stored, "error": q.error[:500]}
+             for q in quarantined[:QUARANTINE_METADATA_ITEMS]]
+    return {"loglake.quarantined": str(sum(1 for q in quarantined if q.stored)),
+            "loglake.quarantine": json.dumps({"count": len(quarantined), "items": items})}
+
+
+def _log_quarantined(name: str, segment: SegmentInfo,
+                     quarantined: Sequence[Quarantined]) -> None:
+    """One WARNING per quarantined batch of a committed segment (at most
+    QUARANTINE_LOG_LINES, then a count): logged once, after the commit that stored them."""
+    for item in quarantined[:QUARANTINE_LOG_LINES]:
+        log.warning("%s: quarantined %s in segment %s; tiering goes on past it (consumers see "
+                    "a gap; the table keeps the bytes)", name, item.describe(),
+                    segment.log_path.name)
+    if len(quarantined) > QUARANTINE_LOG_LINES:
+        log.warning("%s: quarantined %d more bad batch(es) or byte range(s) in segment %s",
+                    name, len(quarantined) - QUARANTINE_LOG_LINES, segment.log_path.name)
+
+
+def _refreshed_quarantined(table: TieredTable, partition: int) -> int:
+    table.files(partition, refresh=True)
+    return table.quarantined(partition)
 
 
 def _refreshed_start(table: TieredTable, partition: int) -> int | None:

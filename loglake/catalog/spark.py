@@ -19,6 +19,8 @@ registration (version V):
    markers (``is_control``). Spark prunes partitions by path and offsets/timestamps by Parquet
    statistics. Used when Spark can read the storage (local files); for other schemes (s3://
    without hadoop-aws on the classpath) the Python data source reads those files with pyarrow.
+   Quarantined rows (bytes the tierer could not decode, tier_rows.py) are ``is_control`` rows
+   too, so the same filter keeps them out of every view: their offsets are a gap.
 2. hot tail: ``format("loglake")`` with ``startingOffsets`` = each partition's tiered end of V
    (earliest where nothing is tiered) and ``endingOffsets=latest``; ``latest`` (the high
    watermark) is resolved again by every query, so a view keeps showing new records. Filters on
@@ -191,8 +193,8 @@ def _tier_frame(spark: SparkSession, storage: Storage, snapshot: TierSnapshot,
             .option("basePath", _spark_uri(storage, snapshot.uri))
             .parquet(*files))
     # Files of the snapshot normally hold only offsets below their partition's tiered end and
-    # no transaction markers; the filters are added only when the file statistics say
-    # otherwise (fewer columns decoded: the scan then costs what a plain Parquet read does).
+    # no transaction markers or quarantined rows (both is_control); the filters are added only
+    # when the file statistics say otherwise (fewer columns decoded: the scan then costs what a plain Parquet read does).
     beyond = sorted({p for p, f in chosen if f.max_offset >= snapshot.ends[p]})
     if beyond:
         bounds: list[Column] = [(F.col("partition") != p) | (F.col("offset") < snapshot.ends[p])

@@ -3,7 +3,10 @@
 Reads what partition leaders publish in ZooKeeper (``/loglake/tiering/<topic>/<p>``, see
 catalog/zookeeper.py): the table's first offset and tiered end, the local log start, the high
 watermark, and the lag: sealed offsets not yet in the Delta table and the age in seconds of the
-oldest such segment. One line per partition, like ``kafka-topics --describe``.
+oldest such segment; ``Quarantined``: batches the tierer could not decode and kept as
+quarantined rows (broker/tiering.py; their offsets are a gap to consumers); while tiering
+fails, ``Failures`` (in a row) and ``LastError``. One line per partition, like
+``kafka-topics --describe``.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ def status_line(topic: str, partition: int, status: dict[str, Any] | None) -> st
         value = status.get(key)
         return "-" if value is None else str(value)
 
+    failing = ""
+    if status.get("failures"):
+        failing = f"\tFailures: {status['failures']}\tLastError: {show('last_error')}"
     age = ""
     if status.get("updated_ms"):
         age = f"\tReported: {max(0.0, time.time() - status['updated_ms'] / 1000):.0f}s ago"
@@ -68,5 +74,6 @@ def status_line(topic: str, partition: int, status: dict[str, Any] | None) -> st
         f"Topic: {topic}\tPartition: {partition}\tLeader: {show('leader')}\t"
         f"TierStart: {show('tier_start')}\tTieredEnd: {show('tiered_end')}\t"
         f"LocalStart: {show('local_start')}\tHighWatermark: {show('high_watermark')}\t"
-        f"LagOffsets: {show('lag_offsets')}\tLagSeconds: {show('lag_seconds')}{age}"
+        f"LagOffsets: {show('lag_offsets')}\tLagSeconds: {show('lag_seconds')}\t"
+        f"Quarantined: {show('quarantined')}{failing}{age}"
     )

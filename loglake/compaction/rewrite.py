@@ -11,16 +11,18 @@ Compaction (``plan.cleanable_end`` set; every input row has an offset below it):
    offset per non-null key (Arrow hash aggregation; memory: the key column of the partition's
    cleanable rows, like Kafka's cleaner offset map, never the values);
 2. recopy: read the input row groups in offset order and keep a row when it has a null key
-   (Kafka refuses those on compacted topics; we keep them), is a transaction marker, is the last
+   (Kafka refuses those on compacted topics; we keep them), is a transaction marker or a
+   quarantined row (``is_control``: undecodable bytes the tierer kept, tier_rows.py), is the last
    input row (the tier never ends in a gap, so fetches between it and the brokers' local log
    never fall into nothing), or holds its key's highest offset -- unless it is a tombstone
    (null value) whose ``timestamp + delete.retention.ms`` has passed.
 
 Optimize (``plan.cleanable_end`` None): recopy every row.
 
-Offsets, timestamps, headers, ``batch_offset`` / ``batch_last_offset`` and producer fields are
-kept, rows stay in offset order, so rows of one original batch stay contiguous and fetches
-re-encode each surviving batch with its original base and last offset (with gaps inside).
+Offsets, timestamps, headers, ``batch_offset`` / ``batch_last_offset``, producer fields and
+``decode_error`` are kept (files written before that column existed get it as null); rows
+stay in offset order, so rows of one original batch stay contiguous and fetches re-encode each
+surviving batch with its original base and last offset (with gaps inside).
 Output files hold up to ~:data:`OUTPUT_FILE_ROWS` rows / :data:`OUTPUT_FILE_BYTES` bytes of
 Arrow data each (cut between input row groups, which hold whole batches); memory: one output
 file's rows.
@@ -40,7 +42,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from loglake.segments.storage import Storage
-from loglake.segments.tier_rows import FILE_SCHEMA
+from loglake.segments.tier_rows import FILE_SCHEMA, conform_rows
 from loglake.segments.tiered_table import PendingFile, TieredTable
 
 OUTPUT_FILE_ROWS = 2_000_000
@@ -156,7 +158,7 @@ def rewrite_partition(storage: Storage, plan: RewritePlan) -> RewriteOutcome:
         with fs.open_input_file(path) as source:
             parquet = pq.ParquetFile(source)
             for index in range(parquet.num_row_groups):
-                rows = parquet.read_row_group(index).cast(FILE_SCHEMA)
+                rows = conform_rows(parquet.read_row_group(index))
                 rows_in += rows.num_rows
                 if compacting:
                     rows = rows.filter(_keep_mask(rows, plan, latest, last))

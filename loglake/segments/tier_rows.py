@@ -16,12 +16,28 @@ Row schema (one row per record; DESIGN.md "Cold tier")::
     producer_id       int64      idempotent/transactional producer id (-1 without)
     producer_epoch    int16
     base_sequence     int32      the batch's base sequence (-1 without)
-    is_control        boolean    transaction markers (hidden from Spark's row view)
+    is_control        boolean    not a data record: transaction markers and quarantined rows
+                                 (hidden from Spark's row view and from consumers)
+    decode_error      string     null for every record; set on a quarantined row (below).
+                                 Added after the first release: files written before lack
+                                 the column (readers take it as null; :func:`conform_rows`)
 
 Rows of one batch are contiguous and ordered by offset, so :func:`rows_to_batches` rebuilds
 batches with their original base offsets, offsets, timestamps, keys, values, headers, producer
 fields and codec: a consumer cannot tell a batch re-encoded from the tier from the original
 (the bytes of a compressed payload may differ; the records do not).
+
+Quarantined rows (written by tier_quarantine.py for bytes of a sealed segment that do not decode:
+a failed CRC, malformed records, an undecodable payload, a wrong record count, offsets outside
+their batch, or bytes that do not frame as a batch at all): ONE row per bad batch or unframed
+byte range, in offset order among the records, with ``decode_error`` = what failed,
+``value`` = the raw bytes as stored on disk (at most tier_quarantine.MAX_RAW_BYTES),
+``key`` null, ``headers`` empty, ``is_control`` true, ``offset`` = the first offset it stands
+for, ``batch_offset`` .. ``batch_last_offset`` = the offsets it covers, and the header fields
+(attributes, producer, leader epoch) of a batch whose header was readable (else 0 / -1). Its
+timestamp is a neighbouring record's, so file statistics and time retention see only
+plausible times. Every reader treats such a row as a gap: :func:`rows_to_batches` drops it,
+Spark views and ``format("loglake")`` skip ``is_control`` rows, compaction keeps it verbatim.
 
 Both directions work column-wise (tier_codec.py): no per-record Python objects, and no Python
 code per record beyond following the length prefixes when decoding.
@@ -32,13 +48,13 @@ Pure functions on in-memory data: thread-safe, no I/O.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
-from loglake.errors import CorruptRecordError, InvalidRecordError
+from loglake.errors import CorruptRecordError, InvalidRecordError, LoglakeError
 from loglake.segments import tier_codec
 from loglake.segments.batch import (
     COMPRESSION_MASK,
@@ -73,10 +89,18 @@ FILE_SCHEMA = pa.schema([
     ("base_sequence", pa.int32()),
     ("is_control", pa.bool_()),
 ])
-"""Columns stored in each Parquet file (the partition column is in the path)."""
+"""The record columns, which every Parquet file of a table holds (the partition column is in
+the path). Readers that only want records read these (and drop ``is_control`` rows)."""
 
-TABLE_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *FILE_SCHEMA])
-"""The Delta table's schema, partitioned by ``partition``."""
+DECODE_ERROR = "decode_error"
+DECODE_ERROR_FIELD = pa.field(DECODE_ERROR, pa.string(), nullable=True)
+STORED_SCHEMA = pa.schema([*FILE_SCHEMA, DECODE_ERROR_FIELD])
+"""Columns of the Parquet files written now: FILE_SCHEMA plus ``decode_error`` (see
+:func:`conform_rows` for files written before it existed)."""
+
+TABLE_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *STORED_SCHEMA])
+"""The Delta table's schema, partitioned by ``partition``. Tables created before
+``decode_error`` existed get it added (nullable) by TieredTable.ensure_created."""
 
 PARTITION_COLUMN = "partition"
 ENCODE_CHUNK_ROWS = 1 << 17
@@ -98,7 +122,27 @@ def batches_to_rows(
     buf = data if isinstance(data, bytes) else bytes(data)
     scan = tier_codec.scan_batches(buf, start_offset=start_offset, end_offset=end_offset,
                                    verify_crc=verify_crc)
-    decoded = tier_codec.decode_records(buf, scan.batches, scan.error)
+    return rows_of_batches(buf, scan.batches, start_offset=start_offset, end_offset=end_offset,
+                           error=scan.error, partial=scan.partial)
+
+
+def rows_of_batches(
+    buf: bytes, batches: Sequence[tier_codec.BatchFields], *, start_offset: int = 0,
+    end_offset: int | None = None, error: LoglakeError | None = None,
+    partial: bool | None = None,
+) -> pa.Table:
+    """Rows (FILE_SCHEMA) of the records in ``[start_offset, end_offset)`` of ``batches``,
+    already scanned (and CRC-checked, if wanted) out of ``buf`` by
+    :func:`tier_codec.scan_batches` or an equivalent framing pass; raises as
+    :func:`batches_to_rows` does (``error``: what ended the scan, raised after these batches
+    decoded). ``partial``: whether the range cuts a batch (computed when None)."""
+    if partial is None:
+        partial = any(
+            b[tier_codec.BASE_OFFSET] < start_offset or (
+                end_offset is not None
+                and b[tier_codec.BASE_OFFSET] + b[tier_codec.LAST_OFFSET_DELTA] >= end_offset)
+            for b in batches)
+    decoded = tier_codec.decode_records(buf, batches, error)
     arrays: dict[str, pa.Array] = {
         "offset": decoded.offsets,
         "timestamp": decoded.timestamps_ms,  # milliseconds until the rows are filtered
@@ -126,7 +170,7 @@ def batches_to_rows(
         per_batch = values.cast(FILE_SCHEMA.field(name).type)
         arrays[name] = (pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(
             pa.array(decoded.run_ends, pa.int64()), per_batch)) if len(per_batch) else per_batch)
-    if scan.partial:
+    if partial:
         keep = pc.greater_equal(decoded.offsets, start_offset)
         if end_offset is not None:
             keep = pc.and_(keep, pc.less(decoded.offsets, end_offset))
@@ -154,6 +198,32 @@ def _column(rows: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
     return column
 
 
+def conform_rows(rows: pa.Table) -> pa.Table:
+    """``rows`` with exactly the STORED_SCHEMA columns, in order: a ``decode_error`` column of
+    nulls is added to rows of files written before it existed (or to records decoded by
+    :func:`batches_to_rows`); FILE_SCHEMA columns must all be there."""
+    if DECODE_ERROR not in rows.column_names:
+        rows = rows.append_column(DECODE_ERROR_FIELD, pa.nulls(rows.num_rows, pa.string()))
+    return rows.select(STORED_SCHEMA.names).cast(STORED_SCHEMA)
+
+
+def quarantined(rows: pa.Table | pa.RecordBatch) -> pa.Array | None:
+    """Boolean mask of the quarantined rows (``decode_error`` set); None when there are none
+    (including rows without the column)."""
+    if DECODE_ERROR not in rows.schema.names:
+        return None
+    errors = _column(rows, DECODE_ERROR)
+    if errors.null_count == len(errors):
+        return None
+    return pc.is_valid(errors)
+
+
+def records_only(rows: pa.Table) -> pa.Table:
+    """``rows`` without quarantined rows (the rows a consumer may be served)."""
+    mask = quarantined(rows)
+    return rows if mask is None else rows.filter(pc.invert(mask))
+
+
 def _group_starts(batch_offsets: pa.Array) -> list[int]:
     """First row of each run of equal ``batch_offset`` values."""
     n = len(batch_offsets)
@@ -172,7 +242,11 @@ def iter_batch_groups(rows: pa.Table | pa.RecordBatch) -> Iterator[tuple[int, in
 
 def rows_to_batches(rows: pa.Table | pa.RecordBatch) -> list[bytes]:
     """Re-encode rows (FILE_SCHEMA columns, ordered by offset) as Kafka record batches, one per
-    original batch, with the original base offset, last offset, codec and producer fields."""
+    original batch, with the original base offset, last offset, codec and producer fields.
+    Quarantined rows are not batches: they are left out (their offsets become a gap)."""
+    mask = quarantined(rows)
+    if mask is not None:
+        rows = rows.filter(pc.invert(mask))
     starts = _group_starts(_column(rows, "batch_offset"))
     out: list[bytes] = []
     first = 0

@@ -9,6 +9,17 @@ partition's appends. Data files are written by us with pyarrow::
 Each row group holds whole Kafka batches (never a batch split across row groups), so a fetch
 re-encodes batches from one row group at a time.
 
+Quarantine (tier_quarantine.py, row format in tier_rows.py): bytes of a sealed segment that do
+not decode are committed as quarantined rows (``decode_error`` set, raw bytes in ``value``,
+``is_control`` true), so tiering moves past them and the table stays contiguous. The column
+``decode_error`` was added after the first release: :meth:`TieredTable.ensure_created` adds it
+(nullable, Delta schema evolution through deltalake) to tables created without it, and every
+reader takes it as null in files written before. Each file's Delta statistics count its
+quarantined rows (``numRecords - nullCount.decode_error``: :attr:`TierFile.quarantined`). Tier
+reads (:meth:`TieredTable.read_chunk`) never return quarantined rows: consumers see their
+offsets as a gap. A commit whose segment range holds no row at all (every batch outside the
+range, or only bytes standing for no offset) still moves the app transaction, with no file.
+
 Exactly-once tiering: every commit that adds rows of partition ``p`` carries the Delta app
 transaction ``(app_id=f"{topic}-{p}", version=last tiered offset)``. A writer first reads that
 version, writes Parquet, then commits; delta-rs rejects a commit whose app id changed since the
@@ -32,7 +43,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,17 +55,23 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.schema import Field, PrimitiveType
 from deltalake.transaction import AddAction
 
 if TYPE_CHECKING:
     from deltalake._internal import RemoveAction
 
+from loglake.segments import filenames
 from loglake.segments.storage import Storage
+from loglake.segments.tier_quarantine import Quarantined, segment_rows
 from loglake.segments.tier_rows import (
+    DECODE_ERROR,
     FILE_SCHEMA,
     PARTITION_COLUMN,
+    STORED_SCHEMA,
     TABLE_SCHEMA,
-    batches_to_rows,
+    conform_rows,
+    records_only,
 )
 
 log = logging.getLogger(__name__)
@@ -82,7 +99,10 @@ class TierFile:
     min_timestamp_ms: int
     max_timestamp_ms: int
     has_control: bool = True
-    """False when the file's statistics show no transaction markers (readers skip the filter)."""
+    """False when the file's statistics show no transaction markers and no quarantined rows
+    (readers skip the ``is_control`` filter)."""
+    quarantined: int = 0
+    """Quarantined rows in the file (from its statistics; 0 for files written before them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +115,16 @@ class PendingFile:
     first_offset: int
     last_offset: int
     stats: str
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentWrite:
+    """What :func:`write_segment_file` did with one segment range (picklable)."""
+
+    pending: PendingFile | None
+    """The file to commit; None when the range holds no row (commit the offsets without)."""
+    quarantined: tuple[Quarantined, ...]
+    """The range's bad batches and unframed byte ranges (empty for a clean segment)."""
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -146,13 +176,25 @@ class TieredTable:
         return self._dt
 
     def ensure_created(self) -> DeltaTable:
-        """Create the table if missing (idempotent; racing creators all end up with it)."""
+        """Create the table if missing, or add ``decode_error`` to a table created before it
+        existed (idempotent; racing creators all end up with the same table)."""
         options = self.storage.delta_options()
         for _ in range(5):
             try:
-                return self.table(refresh=True)
+                dt = self.table(refresh=True)
             except TableNotFoundError:
                 pass
+            else:
+                if DECODE_ERROR in [field.name for field in dt.schema().fields]:
+                    return dt
+                try:  # one metadata commit; concurrent writers retry theirs (CommitFailed)
+                    dt.alter.add_columns([Field(DECODE_ERROR, PrimitiveType("string"),
+                                                nullable=True)])
+                    log.info("added column %s to %s", DECODE_ERROR, self.uri)
+                except Exception as exc:  # another broker evolved it first: reload
+                    log.info("evolving %s: %s; reloading the table", self.uri, exc)
+                    time.sleep(0.1)
+                continue
             try:
                 DeltaTable.create(
                     self.uri, schema=TABLE_SCHEMA, partition_by=[PARTITION_COLUMN],
@@ -192,6 +234,10 @@ class TieredTable:
         max_ts = actions.column("max.timestamp").cast(pa.int64()).to_pylist()
         control = (actions.column("max.is_control").to_pylist()
                    if "max.is_control" in actions.column_names else [None] * actions.num_rows)
+        valid_column = f"null_count.{DECODE_ERROR}"  # records: decode_error is null
+        valid: list[int | None] = (actions.column(valid_column).to_pylist()
+                                   if valid_column in actions.column_names
+                                   else [None] * actions.num_rows)
         for i, row in enumerate(actions.select([
             "path", "size_bytes", "num_records", "min.offset", "max.offset",
             f"partition.{PARTITION_COLUMN}",
@@ -202,6 +248,7 @@ class TieredTable:
                     int(row["num_records"]), int(row["min.offset"]), int(row["max.offset"]),
                     (min_ts[i] or 0) // 1000, (max_ts[i] or 0) // 1000,
                     control[i] is not False,
+                    _quarantined_rows(int(row["num_records"]), valid[i]),
                 )
             )
         for files in by_partition.values():
@@ -226,11 +273,12 @@ class TieredTable:
 
     # ------------------------------------------------------------------ writing
     def write_file(self, partition: int, rows: pa.Table) -> PendingFile:
-        """Write ``rows`` (FILE_SCHEMA, ordered by offset, whole batches) as one Parquet file
-        under the partition's directory; row groups are cut at batch boundaries."""
+        """Write ``rows`` (FILE_SCHEMA or STORED_SCHEMA, ordered by offset, whole batches) as
+        one Parquet file (STORED_SCHEMA) under the partition's directory; row groups are cut at
+        batch boundaries."""
         if rows.num_rows == 0:
             raise ValueError("no rows to tier")
-        rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+        rows = conform_rows(rows)
         offsets = rows.column("offset")
         first, last = offsets[0].as_py(), offsets[-1].as_py()
         relative = (f"{PARTITION_COLUMN}={partition}/"
@@ -240,7 +288,7 @@ class TieredTable:
         path = self.storage.path_in_fs(uri)
         self.storage.make_parent_dirs(uri)
         with fs.open_output_stream(path) as sink, pq.ParquetWriter(
-            sink, FILE_SCHEMA, compression="zstd", write_statistics=True,
+            sink, STORED_SCHEMA, compression="zstd", write_statistics=True,
         ) as writer:
             for start, stop in _row_groups(rows.column("batch_offset")):
                 writer.write_table(rows.slice(start, stop - start), row_group_size=stop - start)
@@ -259,15 +307,17 @@ class TieredTable:
                           "is_control": bool(pc.max(control).as_py())},
             "nullCount": {"offset": 0, "timestamp": 0, "batch_offset": 0, "is_control": 0,
                           "key": rows.column("key").null_count,
-                          "value": rows.column("value").null_count},
+                          "value": rows.column("value").null_count,
+                          DECODE_ERROR: rows.column(DECODE_ERROR).null_count},
         }
         return PendingFile(relative, int(size or 0), rows.num_rows, first, last,
                            json.dumps(stats))
 
     def commit(self, partition: int, files: Sequence[PendingFile], last_offset: int,
-               *, expected_end: int | None) -> bool:
+               *, expected_end: int | None, metadata: Mapping[str, str] | None = None) -> bool:
         """Commit ``files`` as the rows of ``partition`` up to ``last_offset``, if the tiered
-        end is still ``expected_end`` (what the caller read before writing them).
+        end is still ``expected_end`` (what the caller read before writing them). ``files``
+        may be empty (the offsets hold no row); ``metadata`` goes into the commit's info.
 
         Returns False, committing nothing, when another writer already moved the partition's
         tiered end (its commit holds these rows). Retries commits that lost a race to writers
@@ -280,7 +330,7 @@ class TieredTable:
         properties = CommitProperties(
             app_transactions=[Transaction(app_id(self.topic, partition), last_offset)],
             custom_metadata={"loglake.operation": "tier", "loglake.partition": str(partition),
-                             "loglake.last_offset": str(last_offset)},
+                             "loglake.last_offset": str(last_offset), **(metadata or {})},
         )
         for attempt in range(COMMIT_ATTEMPTS):
             if self.tiered_end(partition, refresh=True) != expected_end:
@@ -318,7 +368,8 @@ class TieredTable:
 
     def read_chunk(self, partition: int, offset: int) -> pa.Table | None:
         """The rows of the first row group holding a batch with an offset >= ``offset``, from
-        that batch on (whole batches); None when the tier holds nothing at or after it."""
+        that batch on (whole batches, quarantined rows left out); None when the tier holds no
+        batch at or after it."""
         fs = self.storage.pyarrow_filesystem()
         for tier_file in self.files(partition):
             if tier_file.max_offset < offset:
@@ -332,10 +383,14 @@ class TieredTable:
                 with fs.open_input_file(self.storage.path_in_fs(tier_file.uri)) as source:
                     rows = pq.ParquetFile(source, metadata=meta).read_row_group(index)
                 mask = pc.greater_equal(rows.column("batch_last_offset"), offset)
-                rows = rows.filter(mask)
+                rows = records_only(rows.filter(mask))
                 if rows.num_rows:
                     return rows
         return None
+
+    def quarantined(self, partition: int) -> int:
+        """Quarantined rows in the live files of ``partition`` (from file statistics)."""
+        return sum(f.quarantined for f in self.files(partition))
 
     def read_rows(self, partition: int, start: int, end: int | None = None,
                   *, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
@@ -371,6 +426,12 @@ class TieredTable:
         return None
 
 
+def _quarantined_rows(num_records: int, decode_error_nulls: int | None) -> int:
+    """Quarantined rows of a file from its statistics (no statistic: a file from before
+    quarantine existed, or one whose writer did not count: none)."""
+    return 0 if decode_error_nulls is None else max(0, num_records - int(decode_error_nulls))
+
+
 def _last_checkpoint_version(storage: Storage, uri: str) -> int:
     """The version in ``_delta_log/_last_checkpoint`` (-1 when there is none)."""
     path = storage.path_in_fs(f"{uri}/_delta_log/_last_checkpoint")
@@ -382,14 +443,18 @@ def _last_checkpoint_version(storage: Storage, uri: str) -> int:
 
 
 def write_segment_file(storage: Storage, topic: str, partition: int, path: Path, start: int,
-                       end: int) -> PendingFile | None:
-    """Decode the records in ``[start, end)`` of a sealed segment file (CRC-checked) and write
-    them as one uncommitted Parquet file of the topic's table; None if there are none. (The
-    brokers run this in a worker process.)"""
-    rows = batches_to_rows(path.read_bytes(), start_offset=start, end_offset=end)
-    if rows.num_rows == 0:
-        return None
-    return TieredTable(storage, topic).write_file(partition, rows)
+                       end: int) -> SegmentWrite:
+    """Decode the records in ``[start, end)`` of a sealed segment file (CRC-checked; what does
+    not decode is quarantined, tier_quarantine.py) and write them as one uncommitted Parquet
+    file of the topic's table. (The brokers run this in a worker process.)"""
+    data = path.read_bytes()
+    parsed = filenames.parse_segment_name(path.name)
+    result = segment_rows(data, start_offset=start, end_offset=end,
+                          base_offset=parsed[0] if parsed is not None else 0,
+                          fallback_timestamp_ms=int(path.stat().st_mtime * 1000))
+    pending = (TieredTable(storage, topic).write_file(partition, result.rows)
+               if result.rows.num_rows else None)
+    return SegmentWrite(pending, result.quarantined)
 
 
 def _row_groups(batch_offsets: pa.ChunkedArray) -> Iterator[tuple[int, int]]:

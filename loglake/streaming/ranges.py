@@ -5,7 +5,8 @@ Planning (driver, :func:`plan_ranges`): each partition's range is cut at the tie
 
 * ``[start, min(end, tiered_end))`` is read from the snapshot's Parquet files with pyarrow
   (the file list travels with the range, so a task never replays the Delta log and always
-  sees the planner's version); control records (``is_control``) are skipped;
+  sees the planner's version); control records and quarantined rows (undecodable bytes the
+  tierer kept, tier_rows.py; both ``is_control``) are skipped: their offsets are a gap;
 * ``[max(start, tiered_end), end)`` is read from the brokers with a confluent-kafka consumer
   (assign, no group, nothing committed). Offsets below the brokers' local log start that got
   tiered after the snapshot are served by the brokers from the table, so nothing depends on
