@@ -137,3 +137,42 @@ def test_unopenable_follower_replica_is_rereplicated(tmp_path: Path) -> None:
         assert [values.get(i) for i in range(2500)] == [b"%08d" % i for i in range(2500)]
         moved = list(directory.parent.glob("rr-0.*.damaged"))
         assert len(moved) == 1 and (moved[0] / victim.name).is_dir()  # kept for the operator
+
+
+def _metadata(port: int, topic: str) -> object:
+    with WireClient("127.0.0.1", port) as client:
+        response = client.request(3, 12, {"topics": [{"name": topic}],
+                                           "allow_auto_topic_creation": False})
+    return response.topics[0].partitions[0]
+
+
+def test_every_broker_reports_an_offline_replica(tmp_path: Path) -> None:
+    with DevCluster(tmp_path / "dev", brokers=2) as dev, broker_logs_on_failure(dev, [1, 2]):
+        create_replicated_topic(dev.bootstrap_servers, "solo", partitions=1, assignment=[[2]],
+                                min_insync_replicas=1,
+                                config={"segment.bytes": "4000",
+                                        "remote.storage.enable": "false"})
+        _produce(dev.bootstrap_servers, "solo", 500)
+        dev.stop_broker(2)
+        first = _segments(replica_dir(dev.data_dir, 2, "solo", 0))[0]
+        first.unlink()
+        first.mkdir()
+        dev.start_broker(2)
+        deadline = time.monotonic() + 30
+        seen: object = None
+        while time.monotonic() < deadline:
+            seen = _metadata(dev.broker_port(1), "solo")
+            if list(seen.offline_replicas) == [2]:  # type: ignore[attr-defined]
+                break
+            time.sleep(0.3)
+        assert list(seen.offline_replicas) == [2], seen  # type: ignore[attr-defined]
+        assert seen.leader_id == -1  # type: ignore[attr-defined]
+        first.rmdir()
+        dev.restart_broker(2)  # repaired: online again everywhere
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            seen = _metadata(dev.broker_port(1), "solo")
+            if seen.leader_id == 2 and not list(seen.offline_replicas):  # type: ignore[attr-defined]
+                break
+            time.sleep(0.3)
+        assert seen.leader_id == 2 and not list(seen.offline_replicas), seen  # type: ignore[attr-defined]

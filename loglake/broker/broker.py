@@ -99,6 +99,8 @@ class Broker:
         self.partition_states: dict[tuple[str, int], PartitionState] = {}  # metadata cache
         # hosted replicas that could not be opened: (topic, partition) -> why
         self.offline_partitions: dict[tuple[str, int], str] = {}
+        # every broker's offline replicas, from ZooKeeper: (topic, partition) -> broker ids
+        self.offline_replicas: dict[tuple[str, int], frozenset[int]] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
@@ -135,6 +137,8 @@ class Broker:
                             lambda _ids: self.run_soon(self._refresh_brokers))
         await self._zk_step("watching /controller", self.catalog.watch_controller,
                             self._on_controller_change)
+        await self._zk_step("watching offline replicas", self.catalog.watch_offline_replicas,
+                            self._on_offline_replicas)
         await self._refresh_brokers_now()
         await self._reconcile_waiting()
         await self._zk_step("watching /brokers/topics", self.catalog.watch_topics,
@@ -224,6 +228,9 @@ class Broker:
             try:
                 await self.zk_call(self._register)
                 self._renew_lease()
+                for topic, index in list(self.offline_partitions):  # went with the old session
+                    await self.zk_call(self.catalog.set_replica_offline,
+                                       self.config.broker_id, topic, index, True)
                 await self._refresh_brokers_now()
                 await self._reload_all_states()
                 await self._reconcile_waiting()
@@ -395,12 +402,14 @@ class Broker:
         except Exception as exc:  # any failure (I/O, damage, a bug): this partition only
             reason = f"{type(exc).__name__}: {exc}"
             self.offline_partitions[key] = reason
+            self._spawn(self._publish_offline(topic, index, True))
             log.error("%s-%d cannot be opened and is offline: %s", topic, index, reason)
             if len(replicas) > 1 and not self.stopping:
                 self._tasks.append(asyncio.ensure_future(
                     self._replace_offline_replica(topic, index, replicas)))
             return
-        self.offline_partitions.pop(key, None)
+        if self.offline_partitions.pop(key, None) is not None:
+            self._spawn(self._publish_offline(topic, index, False))
         partition.log.on_roll = self.tierer.poke
         self.partitions[key] = partition
         damage = partition.log.recovery_damage
@@ -412,6 +421,25 @@ class Broker:
         log.info("opened %s at offsets [%d, %d), hw %d", partition.name,
                  partition.log_start_offset, partition.log.log_end_offset,
                  partition.high_watermark)
+
+    def _on_offline_replicas(self, offline: dict[tuple[str, int], frozenset[int]]) -> None:
+        """Watch callback (kazoo's thread): the cluster's offline replicas, for Metadata."""
+
+        def apply() -> None:
+            self.offline_replicas = offline
+
+        self.run_soon(apply)
+
+    async def _publish_offline(self, topic: str, index: int, offline: bool) -> None:
+        """Tell the cluster (Metadata of every broker) that our replica is offline or back."""
+        try:
+            await self._zk_step("publishing an offline replica", self.catalog.set_replica_offline,
+                                self.config.broker_id, topic, index, offline)
+        except CatalogClosedError:
+            return
+        except Exception as exc:
+            log.warning("could not publish %s-%d as %s: %s", topic, index,
+                        "offline" if offline else "online", exc)
 
     async def _replace_offline_replica(self, topic: str, index: int,
                                        replicas: tuple[int, ...]) -> None:

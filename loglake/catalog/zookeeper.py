@@ -250,6 +250,9 @@ DELETE_TOPICS = "/admin/delete_topics"
 STORAGE = "/loglake/storage"
 TIERING = "/loglake/tiering"
 TABLE_CHANGES = "/loglake/table_changes"
+OFFLINE_REPLICAS = "/loglake/offline_replicas"
+"""One ephemeral child ``<broker>:<partition>:<topic>`` per replica its broker cannot open
+(``:`` never occurs in a topic name); it goes with the broker's session."""
 _SECRET_MARKERS = ("secret", "password", "token", "access_key", "credential")
 
 
@@ -717,6 +720,38 @@ class ClusterCatalog:
     @_zookeeper_op
     def watch_brokers(self, callback: Callable[[list[str]], Any]) -> None:
         self.zk.ChildrenWatch(BROKER_IDS)(callback)
+
+    @_zookeeper_op
+    def set_replica_offline(self, broker_id: int, topic: str, partition: int,
+                            offline: bool) -> None:
+        """Publish (ephemeral, with this session) or withdraw that ``broker_id`` cannot open
+        its replica of ``topic``-``partition``."""
+        path = f"{OFFLINE_REPLICAS}/{broker_id}:{partition}:{topic}"
+        if offline:
+            with contextlib.suppress(NodeExistsError):
+                self.zk.create(path, b"", ephemeral=True, makepath=True)
+        else:
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(path)
+
+    @_zookeeper_op
+    def watch_offline_replicas(
+        self, callback: Callable[[dict[tuple[str, int], frozenset[int]]], Any]
+    ) -> None:
+        """Call ``callback`` with (topic, partition) -> brokers whose replica is offline, now
+        and after every change (on kazoo's thread). Creates the parent znode (brokers only)."""
+        self.zk.ensure_path(OFFLINE_REPLICAS)
+
+        def on_children(children: list[str]) -> None:
+            offline: dict[tuple[str, int], set[int]] = {}
+            for child in children:
+                broker, _, rest = child.partition(":")
+                partition, _, topic = rest.partition(":")
+                with contextlib.suppress(ValueError):
+                    offline.setdefault((topic, int(partition)), set()).add(int(broker))
+            callback({key: frozenset(brokers) for key, brokers in offline.items()})
+
+        self.zk.ChildrenWatch(OFFLINE_REPLICAS)(on_children)
 
     @_zookeeper_op
     def watch_partition_state(

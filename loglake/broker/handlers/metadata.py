@@ -86,7 +86,8 @@ def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
     me = broker.config.broker_id
     for index, replicas in meta.assignment.items():
         state = broker.partition_states.get((name, index))
-        offline = [r for r in replicas if r not in live
+        elsewhere = broker.offline_replicas.get((name, index), frozenset())
+        offline = [r for r in replicas if r not in live or r in elsewhere
                    or (r == me and (name, index) in broker.offline_partitions)]
         leader = state.leader if state is not None and state.leader not in offline else -1
         if leader not in live:
