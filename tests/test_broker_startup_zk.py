@@ -8,20 +8,34 @@ serving produce and fetch of the partition it hosts, with no acknowledged record
 without traceback spam in its log. One more checks that a session expiry after start-up ends
 in a new registration. Every wait is bounded; the harness stops exactly what it started.
 
-The pure registration-wait policy (``RegistrationWait``) is tested in-process at the end.
+At the end, in-process: the pure registration-wait policy (``RegistrationWait``), and the
+catalog's session handling against a real ZooKeeper (session expiry -> new session ->
+registration, owner checks, ``retrying``).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from kazoo.client import KazooClient
 
-from loglake.catalog.zookeeper import RegistrationWait
+from loglake.catalog.zookeeper import (
+    BrokerInfo,
+    CatalogClosedError,
+    ClusterCatalog,
+    Registration,
+    RegistrationHeldError,
+    RegistrationWait,
+    SessionEvent,
+    ZooKeeperUnavailableError,
+)
 from loglake.dev import net
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, zookeeper
 from tests.admin_util import create_topic
 from tests.replication_checks import (
     ZooKeeperView,
@@ -41,6 +55,7 @@ WAITING = "waiting for it to expire"
 """What the broker logs while the previous run's registration is still there."""
 READY_TIMEOUT_S = 45.0
 RECORDS = 200
+INFO = BrokerInfo(7, "127.0.0.1", 9092)
 
 
 def _values(prefix: str, count: int) -> list[bytes]:
@@ -234,3 +249,111 @@ def test_registration_wait_restarts_on_reconnect_new_owner_and_pause() -> None:
     assert not wait.check(8, now=136.0, connected_at=104.0)
     assert wait.waited(136.0) == 0.0
     assert not wait.check(8, now=138.0, connected_at=104.0)
+
+
+# ------------------------------------------------- ClusterCatalog against a real ZooKeeper
+
+
+def _wait_until(predicate: Callable[[], bool], what: str, *, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} not within {timeout:.0f}s"
+        time.sleep(0.05)
+
+
+def test_catalog_reregisters_with_a_new_session_after_expiry(tmp_path: Path) -> None:
+    """Our session expires (closed by another client holding its id, as kazoo's own test
+    harness expires sessions): listeners hear LOST then NEW_SESSION, the ephemeral node went
+    with the old session, and registering again makes the new session its owner."""
+    with zookeeper(tmp_path / "zk", tick_time_ms=500) as server:
+        catalog = ClusterCatalog(server.hosts + "/t", session_timeout=2.0)
+        events: list[SessionEvent] = []
+        catalog.add_session_listener(events.append)
+        try:
+            catalog.start(wait=True)
+            assert events == [SessionEvent.NEW_SESSION]
+            catalog.register_broker_waiting(INFO)
+            assert catalog.registration(INFO.broker_id) is Registration.OURS
+            old = catalog.zk.client_id
+            killer = KazooClient(hosts=server.hosts + "/t", client_id=old, timeout=2.0)
+            killer.start(timeout=10)
+            killer.stop()
+            killer.close()
+            _wait_until(lambda: events[-1:] == [SessionEvent.NEW_SESSION] and len(events) > 1,
+                        "a new session")
+            assert SessionEvent.LOST in events
+            assert catalog.zk.client_id[0] != old[0]
+            assert catalog.registration(INFO.broker_id) is Registration.ABSENT
+            catalog.register_broker_waiting(INFO)
+            assert catalog.registration(INFO.broker_id) is Registration.OURS
+        finally:
+            catalog.stop()
+
+
+def test_catalog_replaces_only_nodes_of_its_own_old_sessions(tmp_path: Path) -> None:
+    """A node of a foreign session is waited for (RegistrationHeldError); a node of a session
+    this catalog held before is ours to replace."""
+    with zookeeper(tmp_path / "zk", tick_time_ms=500) as server:
+        catalog = ClusterCatalog(server.hosts, session_timeout=2.0)
+        other = KazooClient(hosts=server.hosts, timeout=2.0)
+        try:
+            catalog.start(wait=True)
+            other.start(timeout=10)
+            other.create(f"/brokers/ids/{INFO.broker_id}", b"{}", ephemeral=True)
+            with pytest.raises(RegistrationHeldError) as held:
+                catalog.register_broker(INFO)
+            assert held.value.owner == other.client_id[0]
+            assert catalog.registration(INFO.broker_id) is Registration.OTHER
+            # as if that session had been ours before an expiry (the race where ZooKeeper has
+            # not yet deleted the expired session's node when we come back)
+            catalog._old_sessions.add(other.client_id[0])
+            catalog.register_broker(INFO)
+            assert catalog.registration(INFO.broker_id) is Registration.OURS
+        finally:
+            other.stop()
+            other.close()
+            catalog.stop()
+
+
+def test_catalog_retrying_waits_for_zookeeper_and_ends_on_stop(tmp_path: Path) -> None:
+    """``retrying`` returns once ZooKeeper is back; a stop while it waits ends it with
+    CatalogClosedError; a tool's plain ``start`` fails fast with a typed error."""
+    with zookeeper(tmp_path / "zk", tick_time_ms=500) as server:
+        catalog = ClusterCatalog(server.hosts, session_timeout=4.0)
+        try:
+            catalog.start(wait=True)
+            outcome: dict[str, object] = {}
+
+            def read() -> None:
+                try:
+                    outcome["topics"] = catalog.retrying("reading topics", catalog.topic_names)
+                except Exception as exc:
+                    outcome["error"] = exc
+
+            server.stop()
+            reader = threading.Thread(target=read)
+            reader.start()
+            time.sleep(2)
+            assert reader.is_alive() and not outcome
+            server.start(timeout=30)
+            reader.join(20)
+            assert outcome == {"topics": []}
+
+            server.stop()
+            reader = threading.Thread(target=read)
+            outcome.clear()
+            reader.start()
+            time.sleep(1)
+            catalog.stop()
+            reader.join(20)
+            assert not reader.is_alive()
+            assert isinstance(outcome.get("error"), CatalogClosedError), outcome
+
+            tool = ClusterCatalog(server.hosts, timeout=1.0)
+            started = time.monotonic()
+            with pytest.raises(ZooKeeperUnavailableError):
+                tool.start()
+            assert time.monotonic() - started < 10
+            tool.stop()
+        finally:
+            catalog.stop()
