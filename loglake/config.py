@@ -145,6 +145,9 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
         ConfigKey("message.timestamp.after.max.ms", "long", LONG_MAX,
                   "Reject records whose timestamp is this far in the future (CreateTime).",
                   minimum=0),
+        ConfigKey("message.timestamp.difference.max.ms", "long", LONG_MAX,
+                  "Deprecated (KIP-937): the before/after limit where those are not set.",
+                  minimum=0),
         ConfigKey("file.delete.delay.ms", "long", 60000,
                   "Delay before a deleted segment's files are removed.", minimum=0),
     )
@@ -177,6 +180,7 @@ class TopicConfig:
     local_retention_bytes: int = -2
     message_timestamp_before_max_ms: int = LONG_MAX
     message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX
     file_delete_delay_ms: int = 60000
     overrides: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -197,6 +201,21 @@ class TopicConfig:
             values[key.attribute] = key.parse(raw)
             clean[name] = str(raw).strip()
         return cls(**values, overrides=clean)
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """The effective message.timestamp.before.max.ms: Kafka's LogConfig falls back to the
+        deprecated message.timestamp.difference.max.ms while the new key is at its default."""
+        if self.message_timestamp_before_max_ms != LONG_MAX:
+            return self.message_timestamp_before_max_ms
+        return self.message_timestamp_difference_max_ms
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """The effective message.timestamp.after.max.ms (same fallback as before.max.ms)."""
+        if self.message_timestamp_after_max_ms != LONG_MAX:
+            return self.message_timestamp_after_max_ms
+        return self.message_timestamp_difference_max_ms
 
     def value_string(self, name: str) -> str:
         """The effective value of a Kafka config name as Kafka prints it."""
@@ -270,6 +289,9 @@ class BrokerConfig:
         "message.max.bytes": "max.message.bytes",
         "min.insync.replicas": "min.insync.replicas",
         "log.message.timestamp.type": "message.timestamp.type",
+        "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+        "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+        "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",
         "log.flush.interval.messages": "flush.messages",
         "log.flush.interval.ms": "flush.ms",
         "log.index.interval.bytes": "index.interval.bytes",

@@ -44,18 +44,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from loglake.config import LONG_MAX, TopicConfig
+from loglake.config import TopicConfig
 from loglake.errors import (
     InvalidRecordError,
-    InvalidTimestampError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    RecordListTooLargeError,
 )
-from loglake.segments import checkpoint, filenames
+from loglake.segments import checkpoint, filenames, validation
 from loglake.segments.batch import (
     CRC_OFFSET,
     LOG_APPEND_TIME,
-    NO_TIMESTAMP,
     BatchHeader,
     parse_batches,
     patch_base_offset,
@@ -64,7 +63,6 @@ from loglake.segments.batch import (
 )
 from loglake.segments.epochs import LeaderEpochCache
 from loglake.segments.index import RELATIVE_OFFSET_MAX
-from loglake.segments.records import decode_records
 from loglake.segments.segment import RECOVERY_CHUNK_BYTES, LogSegment
 
 CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms default
@@ -345,8 +343,11 @@ class PartitionLog:
 
         Validation of every batch happens before anything is written: CRC and framing
         (CorruptRecordError), magic/count/lastOffsetDelta (InvalidRecordError), size against
-        max.message.bytes (MessageTooLargeError) and, for CreateTime, record timestamps
-        against message.timestamp.before/after.max.ms (InvalidTimestampError).
+        max.message.bytes (MessageTooLargeError) and segment.bytes (RecordListTooLargeError),
+        then every record (validation.validate_batch: structure, keys of compacted topics,
+        CreateTime timestamps against message.timestamp.before/after.max.ms). For CreateTime
+        a batch's maxTimestamp is set to its largest record timestamp (CRC recomputed) when
+        the producer wrote another value, as Kafka's LogValidator does.
         ``headers`` may pass the result of ``parse_batches(records)`` when the caller already
         ran it (saves a second CRC pass); it must describe exactly these bytes.
         """
@@ -365,23 +366,25 @@ class PartitionLog:
                     hint="raise max.message.bytes for the topic or send smaller batches",
                 )
             if header.size > config.segment_bytes:
-                raise MessageTooLargeError(
+                raise RecordListTooLargeError(
                     f"record batch of {header.size} bytes exceeds segment.bytes "
-                    f"{config.segment_bytes} of {self.directory.name}"
+                    f"{config.segment_bytes} of {self.directory.name}",
+                    hint="raise segment.bytes for the topic or send smaller batches",
                 )
         log_append = config.message_timestamp_type == "LogAppendTime"
-        if not log_append:
-            self._validate_timestamps(records, headers, now_ms)
+        record_max_timestamps = validation.validate_batches(
+            records, headers, validation.RecordRules.for_topic(config, now_ms, self.directory.name)
+        )
 
         buf = bytearray(records)
         base_offset = self._next_offset
         last_offset = base_offset + sum(h.last_offset_delta + 1 for h in headers) - 1
-        max_timestamp = now_ms if log_append else max(h.max_timestamp for h in headers)
+        max_timestamp = now_ms if log_append else max(record_max_timestamps)
         segment = self._maybe_roll(len(buf), max_timestamp, base_offset, last_offset, now_ms)
         position = segment.size
         stored: list[BatchHeader] = []
         offset = base_offset
-        for header in headers:
+        for header, record_max_timestamp in zip(headers, record_max_timestamps, strict=True):
             start = header.position
             patch_base_offset(buf, start, offset)
             patch_leader_epoch(buf, start, leader_epoch)
@@ -390,6 +393,9 @@ class PartitionLog:
                 attributes = set_log_append_time(buf, start, header.size, now_ms)
                 timestamp = now_ms
                 crc = int.from_bytes(buf[start + CRC_OFFSET : start + CRC_OFFSET + 4], "big")
+            elif record_max_timestamp != timestamp:
+                timestamp = record_max_timestamp
+                crc = validation.set_max_timestamp(buf, start, header.size, timestamp)
             stored.append(
                 BatchHeader(
                     offset,
@@ -461,26 +467,6 @@ class PartitionLog:
             log_start_offset=self._log_start_offset,
             batches=stored,
         )
-
-    def _validate_timestamps(self, records: bytes, headers: list[BatchHeader], now_ms: int) -> None:
-        before = self.config.message_timestamp_before_max_ms
-        after = self.config.message_timestamp_after_max_ms
-        if before >= LONG_MAX and after >= LONG_MAX:
-            return
-        low = now_ms - before if before < LONG_MAX else None
-        high = now_ms + after if after < LONG_MAX else None
-        for header in headers:
-            for record in decode_records(records, header):
-                timestamp = record.timestamp
-                if timestamp == NO_TIMESTAMP:
-                    continue
-                if (low is not None and timestamp < low) or (high is not None and timestamp > high):
-                    raise InvalidTimestampError(
-                        f"timestamp {timestamp} of record {record.offset - header.base_offset} "
-                        f"in batch at byte {header.position} is out of range for "
-                        f"{self.directory.name}: it must be within [{low}, {high}] (now {now_ms})",
-                        hint="check the producer's clock or message.timestamp.*.max.ms",
-                    )
 
     def _maybe_roll(
         self, size: int, max_timestamp: int, first_offset: int, last_offset: int, now_ms: int

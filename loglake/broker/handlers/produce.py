@@ -7,6 +7,12 @@ REQUEST_TIMED_OUT after the request's timeout and NOT_ENOUGH_REPLICAS_AFTER_APPE
 shrank below the minimum meanwhile. Partitions of one request are appended concurrently and
 independently: one failing partition does not fail the others. acks=0 gets no response frame
 at all (the server returns None). Errors carry Kafka's code plus an ``error_message`` (v8+).
+
+Every partition's records are validated before anything is appended (segments/validation.py):
+the request-level rules here (one batch per partition, magic 2, zstd needs v7, no
+transactional batches), the batch and record rules in the log's append. A refused batch is
+answered with its error and, for INVALID_RECORD / INVALID_TIMESTAMP, ``record_errors`` naming
+the offending records by index (v8+, KIP-467).
 """
 
 from __future__ import annotations
@@ -19,12 +25,15 @@ from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
 from loglake.errors import (
+    InvalidRecordError,
     InvalidRequestError,
+    InvalidTimestampError,
     LoglakeError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     RequestTimedOutError,
 )
+from loglake.segments.validation import check_produce_records
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
@@ -40,7 +49,7 @@ async def produce(broker: Broker, frame: RequestFrame) -> Any:
         names.append(topic.name)
         jobs.append(asyncio.gather(*(
             _append(broker, topic.name, data.index, data.records, acks,
-                    request.transactional_id, timeout)
+                    request.transactional_id, timeout, frame.api_version)
             for data in topic.partition_data
         )))
     results = await asyncio.gather(*jobs)
@@ -53,7 +62,7 @@ async def produce(broker: Broker, frame: RequestFrame) -> Any:
 
 async def _append(
     broker: Broker, topic: str, index: int, records: bytes | None, acks: int,
-    transactional_id: str | None, timeout: float,
+    transactional_id: str | None, timeout: float, api_version: int,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {"index": index, "base_offset": -1, "log_start_offset": -1,
                               "log_append_time": None}
@@ -67,6 +76,7 @@ async def _append(
         if not records:
             raise InvalidRequestError("Produce request carries no record batches.")
         partition = broker.leader_partition(topic, index)
+        check_produce_records(records, api_version)
         min_isr = partition.config.min_insync_replicas
         if acks == -1 and len(partition.isr) < min_isr:
             raise NotEnoughReplicasError(
@@ -90,6 +100,11 @@ async def _append(
     except LoglakeError as exc:
         result["error_code"] = exc.code
         result["error_message"] = exc.message
+        if isinstance(exc, InvalidRecordError | InvalidTimestampError):
+            result["record_errors"] = [
+                {"batch_index": i, "batch_index_error_message": message}
+                for i, message in exc.record_errors
+            ]
         return result
     result["error_code"] = ErrorCode.none
     result["base_offset"] = outcome.base_offset
