@@ -728,8 +728,15 @@ class ClusterCatalog:
         its replica of ``topic``-``partition``."""
         path = f"{OFFLINE_REPLICAS}/{broker_id}:{partition}:{topic}"
         if offline:
-            with contextlib.suppress(NodeExistsError):
+            try:
                 self.zk.create(path, b"", ephemeral=True, makepath=True)
+            except NodeExistsError:  # ours, or left by our expired session: make it ours
+                stat = self.zk.exists(path)
+                if stat is not None and stat.ephemeralOwner != self.zk.client_id[0]:
+                    with contextlib.suppress(NoNodeError):
+                        self.zk.delete(path, version=stat.version)
+                    with contextlib.suppress(NodeExistsError):
+                        self.zk.create(path, b"", ephemeral=True, makepath=True)
         else:
             with contextlib.suppress(NoNodeError):
                 self.zk.delete(path)
