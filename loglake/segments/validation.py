@@ -114,7 +114,7 @@ from loglake.segments.batch import (
 
 MAX_DECOMPRESSION_RATIO = 16
 """A records section may decompress to at most ``max.message.bytes`` times this (rule 10)."""
-VECTOR_MIN_RECORDS = 700
+VECTOR_MIN_RECORDS = 512
 """Batches with at least this many records are checked with pyarrow kernels (measured
 crossover with the per-record loop on the produce path; see BENCHMARKS.md)."""
 MAX_VECTOR_HEADERS = 32
@@ -642,6 +642,22 @@ _STEPS = [
 ]
 """How far a record whose one- or two-byte length prefix is at ``index`` (as in _SHORT_TABLE)
 reaches: prefix + length; far past any end when the length is below the minimum."""
+
+
+def _pair_tables() -> tuple[pa.Array, pa.Array]:
+    """Value and size of the varint whose first two bytes are ``b, c``, at ``b | c << 8``:
+    one byte (b < 0x80), two bytes (c < 0x80), or size 0 for a longer one."""
+    values, sizes = [0] * 0x10000, [0] * 0x10000
+    for pair in range(0x10000):
+        b, c = pair & 0xFF, pair >> 8
+        if b < 0x80:
+            values[pair], sizes[pair] = _SHORT_VALUES[b], 1
+        elif c < 0x80:
+            values[pair], sizes[pair] = _SHORT_VALUES[b + (c << 7)], 2
+    return pa.array(values, I64), pa.array(sizes, I64)
+
+
+_PAIR_VALUES, _PAIR_SIZES = _pair_tables()
 _arange_cache: list[pa.Array] = [pa.array([], I64)]
 
 
@@ -693,13 +709,16 @@ class _Columns:
         first = self.bytes.take(positions)
         if pc.max(first).as_py() < 0x80:
             return _SHORT_TABLE.take(first), pc.add(positions, 1)
-        second = self.bytes.take(pc.min_element_wise(pc.add(positions, 1), self.last))
-        multi = pc.greater_equal(first, 0x80)
-        if pc.any(pc.and_(multi, pc.greater_equal(second, 0x80))).as_py():
+        after = pc.add(positions, 1)
+        try:
+            second = self.bytes.take(after)
+        except IndexError:  # a varint in the buffer's last byte
+            second = self.bytes.take(pc.min_element_wise(after, self.last))
+        pair = pc.add(first, pc.multiply(second, 256))  # both bytes, as in _PAIR_*
+        sizes = _PAIR_SIZES.take(pair)
+        if pc.min(sizes).as_py() == 0:
             return self._long(positions, max_bytes)
-        extra = multi.cast(I64)
-        index = pc.add(first.cast(I64), pc.multiply(pc.shift_left(second.cast(I64), 7), extra))
-        return _SHORT_TABLE.take(index), pc.add(positions, pc.add(extra, 1))
+        return _PAIR_VALUES.take(pair), pc.add(positions, sizes)
 
     def _long(self, positions: pa.Array, max_bytes: int) -> tuple[pa.Array, pa.Array]:
         u64 = pa.uint64()
