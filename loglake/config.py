@@ -261,6 +261,14 @@ class BrokerConfig:
     num_partitions: int = 1  # num.partitions
     default_replication_factor: int = 1  # default.replication.factor
     socket_request_max_bytes: int = 104857600  # socket.request.max.bytes
+    # request bytes all connections together may hold (frames being received or handled);
+    # Kafka's default -1 is unbounded (-1 accepted); ours is 2 x socket.request.max.bytes: one
+    # largest request plus ordinary traffic fits, and memory no longer grows with connections
+    queued_max_request_bytes: int = 209715200  # queued.max.request.bytes
+    # queued.max.request.bytes.per.connection: bytes one connection may read ahead of the
+    # request being handled (its pipelined requests); 1 MiB, Kafka's default max.request.size,
+    # so one default-size pipelined produce request waits in memory, the rest in the socket
+    queued_max_request_bytes_per_connection: int = 1048576
     zookeeper_session_timeout_ms: int = 18000  # zookeeper.session.timeout.ms
     log_flush_scheduler_interval_ms: int = 1000  # log.flush.scheduler.interval.ms
     replica_lag_time_max_ms: int = 30000  # replica.lag.time.max.ms
@@ -301,6 +309,17 @@ class BrokerConfig:
     }
     STORAGE_OPTION_PREFIX = "remote.log.storage.option."
 
+    def __post_init__(self) -> None:
+        if self.queued_max_request_bytes != -1 and (
+            self.queued_max_request_bytes < self.socket_request_max_bytes
+        ):
+            raise InvalidConfigError(
+                f"queued.max.request.bytes ({self.queued_max_request_bytes}) must be -1 "
+                f"(unbounded) or at least socket.request.max.bytes "
+                f"({self.socket_request_max_bytes}): a largest request must fit")
+        if self.queued_max_request_bytes_per_connection < 1:
+            raise InvalidConfigError("queued.max.request.bytes.per.connection must be positive")
+
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
         """Build from ``server.properties`` keys; unknown keys are rejected with their name."""
@@ -308,6 +327,7 @@ class BrokerConfig:
             "broker.id", "listeners", "log.dirs", "log.dir", "zookeeper.connect", "broker.rack",
             "auto.create.topics.enable", "num.partitions", "default.replication.factor",
             "socket.request.max.bytes", "zookeeper.session.timeout.ms",
+            "queued.max.request.bytes", "queued.max.request.bytes.per.connection",
             "log.flush.scheduler.interval.ms", "replica.lag.time.max.ms",
             "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
             "group.initial.rebalance.delay.ms", "offsets.retention.minutes",
@@ -349,6 +369,10 @@ class BrokerConfig:
                 num_partitions=int(props.get("num.partitions", "1")),
                 default_replication_factor=int(props.get("default.replication.factor", "1")),
                 socket_request_max_bytes=int(props.get("socket.request.max.bytes", "104857600")),
+                queued_max_request_bytes=int(props.get("queued.max.request.bytes", "209715200")),
+                queued_max_request_bytes_per_connection=int(
+                    props.get("queued.max.request.bytes.per.connection", "1048576")
+                ),
                 zookeeper_session_timeout_ms=int(
                     props.get("zookeeper.session.timeout.ms", "18000")
                 ),

@@ -10,7 +10,8 @@ bytes left in the frame. It allocates nothing that grows with the input.
 Rules (Kafka's generated readers do the same or less; a breach raises :class:`FrameError`):
 
 * a string, bytes or records field of length ``n`` needs ``n`` bytes; a length below -1, or -1
-  (null) where the schema says the field is not nullable, is refused;
+  (null) where the schema says the field is not nullable, is refused (so is an array length
+  below -1: Kafka reads it as null, kio cannot decode it);
 * an array of ``n`` elements needs ``n * min_size`` bytes, ``min_size`` being the smallest
   encoding of one element (at least 1, so an array of empty elements is bounded by the bytes
   left as in Kafka's ``Tried to allocate a collection of size N``); a null array where the
@@ -61,7 +62,10 @@ class FrameError(LoglakeError):
     code = ErrorCode.invalid_request
 
 
-Checker = Callable[[bytes, int, int, list[Any]], int]
+FrameBytes = bytes | memoryview
+"""A request frame: bytes, or a read-only view of the buffer a large frame was read into."""
+
+Checker = Callable[[FrameBytes, int, int, list[Any]], int]
 """``check(data, offset, end, state) -> offset after the entity``; ``state`` is
 ``[elements left, unknown tag seen]``."""
 
@@ -75,7 +79,7 @@ _FIXED_SIZES: dict[str, int] = {
 _VARIABLE = frozenset({"string", "bytes", "records"})
 
 
-def check_request(data: bytes, header_cls: Any, body_cls: Any) -> bool:
+def check_request(data: FrameBytes, header_cls: Any, body_cls: Any) -> bool:
     """Check header and body of a request frame (without the size prefix) against ``data``.
 
     Returns True if the frame has tagged fields the schema does not know (decode it with the
@@ -99,7 +103,7 @@ def _truncated(where: str) -> FrameError:
     return FrameError(f"{where}: the frame ends inside this field")
 
 
-def _read_uvarint(data: bytes, offset: int, end: int, where: str) -> tuple[int, int]:
+def _read_uvarint(data: FrameBytes, offset: int, end: int, where: str) -> tuple[int, int]:
     value = 0
     shift = 0
     for _ in range(MAX_VARINT_BYTES):
@@ -114,7 +118,7 @@ def _read_uvarint(data: bytes, offset: int, end: int, where: str) -> tuple[int, 
     raise FrameError(f"{where}: varint longer than {MAX_VARINT_BYTES} bytes")
 
 
-def _tagged_fields(data: bytes, offset: int, end: int, state: list[Any],
+def _tagged_fields(data: FrameBytes, offset: int, end: int, state: list[Any],
                    known: dict[int, Checker], where: str) -> int:
     count, offset = _read_uvarint(data, offset, end, where)
     if count > (end - offset) // 2:
@@ -322,9 +326,7 @@ def _emit_length(src: _Source, indent: int, var: str, field: _Field, where: str,
     width = 4 if array or field.kafka_type != "string" else 2
     _emit_int(src, indent, var, width, where)
     src.emit(indent, f"if {var} < 0:")
-    if array:  # Kafka reads any negative array length as null
-        src.emit(indent + 1, "pass" if nullable else f"raise _null({where})")
-    elif nullable:
+    if nullable:
         src.emit(indent + 1, f"if {var} != -1:")
         src.emit(indent + 2, f"raise _negative({where}, {var})")
     else:

@@ -8,8 +8,17 @@ Per connection, requests are processed one at a time in arrival order and answer
 * an unknown API key, or an unsupported version of any API but ApiVersions, closes the
   connection; ApiVersions with an unsupported version is answered with UNSUPPORTED_VERSION and
   our version table in a v0 response, so clients can downgrade (KIP-511);
-* a body that does not decode closes the connection; a handler error is answered with
-  UNKNOWN_SERVER_ERROR where the response has a top-level error, else the connection is closed.
+* a body that does not decode closes the connection (lengths, counts and varints are checked
+  against the frame before anything is allocated, see broker/request_bounds.py); a handler
+  error closes the connection.
+
+Memory: a frame's body is read in chunks of at most 1 MiB, each reserved first from the
+broker-wide budget ``queued.max.request.bytes`` (broker/request_memory.py: when it is full, the
+connections with the stalest partial frames are closed; requests being handled are waited for)
+and held until the request is handled, so a client that announces 100 MiB and sends nothing
+holds at most one chunk, and all connections together hold at most the budget. Beyond the frame
+being handled, a connection reads ahead at most ``queued.max.request.bytes.per.connection``
+bytes (pipelined requests); then its socket is not read, and TCP pushes back on the client.
 
 A bad connection never affects other connections: everything is caught per connection.
 """
@@ -25,6 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from loglake.broker.apis import API_TABLE
 from loglake.broker.codec import (
+    FrameBytes,
     FrameError,
     decode_header,
     decode_request,
@@ -33,6 +43,12 @@ from loglake.broker.codec import (
     response_class,
 )
 from loglake.broker.handlers.metadata import api_versions_response
+from loglake.broker.request_memory import (
+    FRAME_CHUNK,
+    Holder,
+    RequestMemory,
+    RequestMemoryExhausted,
+)
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
@@ -55,12 +71,16 @@ class KafkaServer:
         self.broker = broker
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        budget = broker.config.queued_max_request_bytes
+        self.memory = RequestMemory(budget if budget >= 0 else None)
 
     async def start(self) -> None:
         preload_schemas()
+        # the StreamReader stops reading a socket once it buffers more than 2 * limit
+        read_ahead = max(1, self.broker.config.queued_max_request_bytes_per_connection // 2)
         self._server = await asyncio.start_server(
             self._on_connection, self.broker.config.host, self.broker.config.port,
-            reuse_address=True, limit=1 << 20,
+            reuse_address=True, limit=read_ahead,
         )
         log.info("listening on %s:%d", self.broker.config.host, self.broker.config.port)
 
@@ -80,20 +100,23 @@ class KafkaServer:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        holder = self.memory.register(writer.transport.abort, peer)
         try:
-            await self._serve(reader, writer, peer)
-        except (asyncio.IncompleteReadError, ConnectionError):
+            await self._serve(reader, writer, peer, holder)
+        except (asyncio.IncompleteReadError, ConnectionError, RequestMemoryExhausted):
             pass
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("connection %s failed", peer)
         finally:
+            self.memory.unregister(holder)
             self._connections.discard(task)
             writer.close()
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object,
+        holder: Holder,
     ) -> None:
         max_size = self.broker.config.socket_request_max_bytes
         while True:
@@ -101,17 +124,38 @@ class KafkaServer:
             if size < 8 or size > max_size:
                 log.warning("closing %s: frame size %d outside [8, %d]", peer, size, max_size)
                 return
-            data = await reader.readexactly(size)
+            data = await self._read_frame(reader, holder, size)
             try:
                 response = await self._handle(data, peer)
             except FrameError as exc:
                 log.warning("closing %s: %s", peer, exc)
                 return
+            finally:
+                del data
+                self.memory.release(holder)
             if response is not None:
                 writer.write(response)
                 await writer.drain()
 
-    async def _handle(self, data: bytes, peer: object = None) -> bytes | None:
+    async def _read_frame(self, reader: asyncio.StreamReader, holder: Holder,
+                          size: int) -> FrameBytes:
+        """The frame body, reserved from the request memory one chunk at a time."""
+        data: FrameBytes
+        if size <= FRAME_CHUNK:
+            await self.memory.reserve(holder, size)
+            data = await reader.readexactly(size)
+        else:
+            buffer = bytearray()
+            while len(buffer) < size:
+                chunk = min(size - len(buffer), FRAME_CHUNK)
+                await self.memory.reserve(holder, chunk)
+                buffer += await reader.readexactly(chunk)
+                self.memory.progress(holder)
+            data = memoryview(buffer).toreadonly()  # kio reads read-only buffers: no copy
+        self.memory.frame_complete(holder)
+        return data
+
+    async def _handle(self, data: FrameBytes, peer: object = None) -> bytes | None:
         api_key, version, correlation_id = decode_header(data)
         api = API_TABLE.get(api_key)
         if api is None:
