@@ -47,9 +47,9 @@ from kio.serial.readers import (
 )
 from kio.static.constants import EntityType
 
-from loglake.broker.request_bounds import FrameError, check_request
+from loglake.broker.request_bounds import FrameBytes, FrameError, check_request
 
-__all__ = ["FrameError", "RequestFrame", "build", "decode_header", "decode_request",
+__all__ = ["FrameBytes", "FrameError", "RequestFrame", "build", "decode_header", "decode_request",
            "encode_response", "read_entity", "request_class", "response_class",
            "tolerant_reader"]
 
@@ -92,7 +92,7 @@ def _payload_class(module: types.ModuleType, suffix: str) -> type[Any]:
     raise LookupError(f"no {suffix} class in {module.__name__}")
 
 
-def decode_header(data: bytes) -> tuple[int, int, int]:
+def decode_header(data: FrameBytes) -> tuple[int, int, int]:
     """api_key, api_version, correlation_id from the first 8 bytes (same in every header)."""
     if len(data) < 8:
         raise FrameError(f"request of {len(data)} bytes is shorter than a request header")
@@ -103,7 +103,7 @@ def decode_header(data: bytes) -> tuple[int, int, int]:
     )
 
 
-def decode_request(data: bytes, api_key: int, api_version: int) -> RequestFrame:
+def decode_request(data: FrameBytes, api_key: int, api_version: int) -> RequestFrame:
     """Decode header and body of a request whose API key and version we support.
 
     Raises :class:`FrameError` for a frame that breaks the bounds (see module docstring) or
@@ -128,7 +128,7 @@ def decode_request(data: bytes, api_key: int, api_version: int) -> RequestFrame:
     )
 
 
-def read_entity(cls: Any, data: bytes, offset: int) -> tuple[Any, int]:
+def read_entity(cls: Any, data: FrameBytes, offset: int) -> tuple[Any, int]:
     """Read an entity with kio's native reader, falling back to the tolerant reader."""
     try:
         return entity_reader(cls)(data, offset)
@@ -141,7 +141,7 @@ def read_entity(cls: Any, data: bytes, offset: int) -> tuple[Any, int]:
         raise FrameError(f"cannot decode {cls.__name__}: {exc}") from None
 
 
-def _tolerant(cls: Any, data: bytes, offset: int) -> tuple[Any, int]:
+def _tolerant(cls: Any, data: FrameBytes, offset: int) -> tuple[Any, int]:
     try:
         return tolerant_reader(cls)(data, offset)
     except FrameError:
@@ -151,7 +151,7 @@ def _tolerant(cls: Any, data: bytes, offset: int) -> tuple[Any, int]:
         raise FrameError(f"cannot decode {cls.__name__}: {exc}") from None
 
 
-Reader = Callable[[bytes, int], tuple[Any, int]]
+Reader = Callable[[FrameBytes, int], tuple[Any, int]]
 
 
 @functools.cache
@@ -169,7 +169,7 @@ def tolerant_reader(cls: type[Any], nullable: bool = False) -> Reader:
         else:
             tagged[int(tag)] = (field.name, reader)
 
-    def read(data: bytes, offset: int) -> tuple[Any, int]:
+    def read(data: FrameBytes, offset: int) -> tuple[Any, int]:
         start = offset
         if nullable:
             marker, size = read_int8(data, offset)
@@ -210,7 +210,7 @@ def _field_reader(
     element = tolerant_reader(inner)
     read_length = read_compact_array_length if flexible else read_legacy_array_length
 
-    def read_array(data: bytes, offset: int) -> tuple[Any, int]:
+    def read_array(data: FrameBytes, offset: int) -> tuple[Any, int]:
         start = offset
         length, size = read_length(data, offset)
         offset += size
