@@ -10,9 +10,10 @@ bounded.
 * Connection byte caps: many connections each park a partial large frame; the broker closes the
   ones over ``queued.max.request.bytes`` (the stalest first), its RSS stays bounded, and a
   normal client produces and fetches meanwhile.
-* Null arrays: OffsetFetch v2+ with null topics answers every committed offset (Kafka
-  semantics); a null where the schema has none (ListOffsets v1 topics, OffsetFetch v1 topics)
-  closes the connection as Kafka's parser does, and the broker logs no handler failure.
+* Null arrays: OffsetFetch v2+ with null topics answers every committed offset, DescribeConfigs
+  with null configuration keys every config (Kafka semantics); a null where the schema has none
+  (ListOffsets v1 topics, OffsetFetch v1 topics) closes the connection as Kafka's parser does,
+  and the broker logs no handler failure.
 
 The broker runs with small caps (16 MiB frames, 32 MiB request budget) so the cap test is quick.
 """
@@ -305,6 +306,16 @@ def test_offset_fetch_v8_null_group_topics_answers_every_committed_offset(
     assert group.error_code == ErrorCode.none
     assert [(t.name, [p.committed_offset for p in t.partitions]) for t in group.topics] == [
         (ALIVE_TOPIC, [3])]
+
+
+def test_describe_configs_null_keys_answers_every_config(live: LiveBroker) -> None:
+    with WireClient.connect(live.bootstrap) as client:
+        response = client.request(32, 4, {"resources": [
+            {"resource_type": 2, "resource_name": ALIVE_TOPIC, "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False})
+    result = response.results[0]
+    assert result.error_code == ErrorCode.none
+    assert {"retention.ms", "cleanup.policy"} <= {c.name for c in result.configs}
 
 
 @pytest.mark.parametrize(("what", "payload"), ids=["list-offsets-v1", "offset-fetch-v1",
