@@ -144,6 +144,7 @@ def _send_batch(live: LiveBroker, cases: list[tuple[int, int, bytes, str]]) -> N
 
 def _fuzz(live: LiveBroker, batches: int) -> None:
     done = [0]
+    peak = [live.rss_mb()]
 
     @settings(max_examples=batches, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
@@ -153,9 +154,12 @@ def _fuzz(live: LiveBroker, batches: int) -> None:
         done[0] += len(cases)
         described = "; ".join(f"{k}v{v}: {what}" for k, v, _f, what in cases)
         live.assert_healthy(f"after batch of {described}")
+        peak[0] = max(peak[0], live.rss_mb())
 
     batch()
     assert done[0] == batches * BATCH
+    print(f"{done[0]} fuzzed frames; broker RSS {live.baseline_mb} MiB warmed up, "
+          f"{peak[0]} MiB at most")
 
 
 def test_fuzzed_frames_for_every_api_version_leave_the_broker_serving(live: LiveBroker) -> None:
