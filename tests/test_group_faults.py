@@ -324,7 +324,7 @@ def zk_committed(zk: ZooKeeperView, group: str, topic: str) -> dict[int, int]:
         node = zk.zk.exists(f"{base}/{child}")
         if node is not None:
             raw, _ = zk.zk.get(f"{base}/{child}")
-            result[int(child)] = int(json.loads(raw)["offset"])
+            result[int(child)] = int(raw)  # Kafka's plain form
     return result
 
 

@@ -1,17 +1,38 @@
 """Consumer-group state in ZooKeeper: committed offsets, group metadata, coordinator claims.
 
-Layout (JSON values) under the cluster chroot::
+Layout under the cluster chroot::
 
-    /consumers/<group>/offsets/<topic>/<partition>   {"offset","leader_epoch","metadata",
-                                                      "commit_time_ms"}
-    /consumers/<group>/state                          group metadata (generation, protocol,
-                                                      leader, members with assignments)
-    /consumers/<group>/owner                          ephemeral: the coordinating broker's id
+    /consumers/<group>/offsets/<topic>/<partition>        the committed offset as a plain
+                                                           decimal, e.g. ``12`` (Kafka's classic
+                                                           form: tools built for Kafka's
+                                                           ZooKeeper offsets, such as Burrow,
+                                                           read it)
+    /consumers/<group>/offsets_meta/<topic>/<partition>   {"offset","leader_epoch","metadata",
+                                                           "commit_time_ms"}: what Kafka's form
+                                                           has no room for; ``offset`` repeats
+                                                           the offset it describes
+    /consumers/<group>/state                               group metadata (generation, protocol,
+                                                           leader, members with assignments)
+    /consumers/<group>/owner                               ephemeral: the coordinating broker's id
 
-Invariants: an OffsetCommit request becomes exactly one ZooKeeper multi-op transaction (all of
-its partitions or none). The ``state`` znode is written with version checks, so a coordinator
-that lost the group (another broker claimed it) cannot overwrite newer metadata. ``owner`` is
-ephemeral: it disappears with the coordinator's session, letting the next coordinator claim it.
+Writes: an OffsetCommit request becomes exactly one ZooKeeper multi-op transaction that sets
+both znodes of every partition (all of its partitions or none), so a crash never separates an
+offset from its metadata. What can still disagree, and how readers take it
+(:func:`committed_offset`): the offset znode is the truth; its metadata counts only while the
+metadata's ``offset`` equals it. An offset without (matching) metadata -- written by a Kafka
+tool, or left by an OffsetDelete that crashed between its two deletes (offset first, then
+metadata) -- reads with leader epoch -1, empty metadata and the znode's modification time as
+commit time; metadata without an offset znode is ignored and overwritten by the next commit.
+
+Migration: loglake once wrote the JSON document into the offset znode itself. Readers still
+accept that form; :meth:`GroupStore.migrate_offsets` (run by every broker at start-up) rewrites
+each such znode into the plain offset plus its metadata znode, in one transaction conditioned
+on the znode version it read: idempotent (plain znodes are skipped), and safe while several
+brokers migrate or coordinators commit at once (a lost race re-reads and finds the new form).
+
+The ``state`` znode is written with version checks, so a coordinator that lost the group
+(another broker claimed it) cannot overwrite newer metadata. ``owner`` is ephemeral: it
+disappears with the coordinator's session, letting the next coordinator claim it.
 
 Thread-safety: kazoo is thread-safe and this class keeps no other state; call it from worker
 threads, never from the event loop.
@@ -21,16 +42,30 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
 
 from loglake.errors import LoglakeError
 
+log = logging.getLogger(__name__)
+
 CONSUMERS = "/consumers"
+OFFSETS = "offsets"
+OFFSETS_META = "offsets_meta"
+MIGRATION_ATTEMPTS = 3
+"""Reads of one znode before the migration leaves it to the next start-up (it loses a race
+only to a writer that already wrote the new form, so a second read nearly always ends it)."""
+
+_PLAIN_OFFSET = re.compile(rb"\s*-?\d+\s*")
+
+TopicPartitionKey = tuple[str, int]
 
 
 class StaleGroupError(LoglakeError):
@@ -44,7 +79,12 @@ class CommittedOffset:
     metadata: str
     commit_time_ms: int
 
+    def offset_value(self) -> bytes:
+        """The offset znode's value: the plain decimal, as Kafka wrote it."""
+        return str(self.offset).encode()
+
     def to_json(self) -> bytes:
+        """The metadata znode's value."""
         return json.dumps({"offset": self.offset, "leader_epoch": self.leader_epoch,
                            "metadata": self.metadata,
                            "commit_time_ms": self.commit_time_ms}).encode()
@@ -56,8 +96,42 @@ class CommittedOffset:
                    str(data.get("metadata") or ""), int(data.get("commit_time_ms", 0)))
 
 
+def is_plain_offset(raw: bytes) -> bool:
+    """Whether an offset znode holds Kafka's plain decimal form."""
+    return _PLAIN_OFFSET.fullmatch(raw) is not None
+
+
+def committed_offset(raw: bytes, modified_ms: int, meta: bytes | None) -> CommittedOffset:
+    """One partition's committed offset from its offset znode (``raw``, last modified at
+    ``modified_ms``) and its metadata znode (``meta``, None if absent); see the module
+    docstring for the rules. Accepts the old JSON form in the offset znode. Raises ValueError
+    for a value that is neither form."""
+    if not is_plain_offset(raw):
+        try:
+            return CommittedOffset.from_json(raw)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ValueError(f"not an offset: {raw[:80]!r}") from None
+    offset = int(raw)
+    if meta is not None:
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            described = CommittedOffset.from_json(meta)
+            if described.offset == offset:
+                return described
+    return CommittedOffset(offset, -1, "", modified_ms)
+
+
 def _group(group_id: str) -> str:
     return f"{CONSUMERS}/{group_id}"
+
+
+def offset_path(group_id: str, topic: str, partition: int) -> str:
+    """The znode holding ``group_id``'s committed offset of ``topic``-``partition``."""
+    return f"{_group(group_id)}/{OFFSETS}/{topic}/{partition}"
+
+
+def meta_path(group_id: str, topic: str, partition: int) -> str:
+    """The znode holding the metadata of that committed offset."""
+    return f"{_group(group_id)}/{OFFSETS_META}/{topic}/{partition}"
 
 
 class GroupStore:
@@ -113,21 +187,28 @@ class GroupStore:
             raise StaleGroupError(f"metadata of group {group_id} changed concurrently") from None
 
     # ---- offsets
-    def commit(self, group_id: str, offsets: Mapping[tuple[str, int], CommittedOffset]) -> None:
-        """Write all ``offsets`` in one transaction (create or update each znode)."""
+    def commit(self, group_id: str, offsets: Mapping[TopicPartitionKey, CommittedOffset]) -> None:
+        """Write all ``offsets`` in one transaction: per partition the plain offset and its
+        metadata znode (each created or updated)."""
+        topics = sorted({t for t, _ in offsets})
         for attempt in range(3):
             existing: dict[str, set[str]] = {}
-            for topic in {t for t, _ in offsets}:
-                base = f"{_group(group_id)}/offsets/{topic}"
-                self.zk.ensure_path(base)
-                existing[topic] = set(self.zk.get_children(base))
+            for topic in topics:
+                for kind in (OFFSETS, OFFSETS_META):
+                    base = f"{_group(group_id)}/{kind}/{topic}"
+                    self.zk.ensure_path(base)
+                    existing[base] = set(self.zk.get_children(base))
             tx = self.zk.transaction()
             for (topic, partition), committed in offsets.items():
-                path = f"{_group(group_id)}/offsets/{topic}/{partition}"
-                if str(partition) in existing[topic]:
-                    tx.set_data(path, committed.to_json())
-                else:
-                    tx.create(path, committed.to_json())
+                for path, value in ((offset_path(group_id, topic, partition),
+                                     committed.offset_value()),
+                                    (meta_path(group_id, topic, partition),
+                                     committed.to_json())):
+                    base, _, child = path.rpartition("/")
+                    if child in existing[base]:
+                        tx.set_data(path, value)
+                    else:
+                        tx.create(path, value)
             results = tx.commit()
             failures = [r for r in results if isinstance(r, Exception)]
             if not failures:
@@ -136,28 +217,108 @@ class GroupStore:
                                        for r in failures):
                 raise failures[0]
 
-    def fetch(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        result = {}
-        base = f"{_group(group_id)}/offsets"
+    def fetch(self, group_id: str) -> dict[TopicPartitionKey, CommittedOffset]:
+        """Every committed offset of ``group_id`` (reads pipelined: one round trip per
+        level, not per znode). Unreadable values are skipped with a warning."""
+        base = f"{_group(group_id)}/{OFFSETS}"
         try:
             topics = self.zk.get_children(base)
         except NoNodeError:
             return {}
-        for topic in topics:
+        listings = {topic: self.zk.get_children_async(f"{base}/{topic}") for topic in topics}
+        keys: list[TopicPartitionKey] = []
+        for topic, listing in listings.items():
             with contextlib.suppress(NoNodeError):
-                for partition in self.zk.get_children(f"{base}/{topic}"):
-                    with contextlib.suppress(NoNodeError):
-                        raw, _ = self.zk.get(f"{base}/{topic}/{partition}")
-                        result[(topic, int(partition))] = CommittedOffset.from_json(raw)
+                keys += [(topic, int(p)) for p in listing.get() if p.isdigit()]
+        reads = {key: (self.zk.get_async(offset_path(group_id, *key)),
+                       self.zk.get_async(meta_path(group_id, *key))) for key in keys}
+        result = {}
+        for key, (offset_read, meta_read) in reads.items():
+            try:
+                raw, stat = offset_read.get()
+            except NoNodeError:
+                continue
+            try:
+                meta: bytes | None = meta_read.get()[0]
+            except NoNodeError:
+                meta = None
+            try:
+                result[key] = committed_offset(raw, _mtime(stat), meta)
+            except ValueError as exc:
+                log.warning("group %s, %s-%d: ignoring the committed offset: %s", group_id,
+                            key[0], key[1], exc)
         return result
 
-    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> None:
+    def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartitionKey]) -> None:
+        """Delete committed offsets: the offset znode first, then its metadata (a crash in
+        between leaves metadata without an offset, which readers ignore)."""
         for topic, partition in partitions:
-            with contextlib.suppress(NoNodeError):
-                self.zk.delete(f"{_group(group_id)}/offsets/{topic}/{partition}")
+            for path in (offset_path(group_id, topic, partition),
+                         meta_path(group_id, topic, partition)):
+                with contextlib.suppress(NoNodeError):
+                    self.zk.delete(path)
 
     def delete_group(self, group_id: str) -> None:
         """Remove offsets and metadata; keeps our ``owner`` claim until we release it."""
-        for child in ("offsets", "state"):
+        for child in (OFFSETS, OFFSETS_META, "state"):
             with contextlib.suppress(NoNodeError):
                 self.zk.delete(f"{_group(group_id)}/{child}", recursive=True)
+
+    # ---- migration
+    def migrate_offsets(self) -> int:
+        """Rewrite every offset znode still in loglake's old JSON form into the plain offset
+        plus its metadata znode (see the module docstring); returns how many were rewritten.
+        Idempotent and safe to run from several brokers at once."""
+        migrated = 0
+        for group_id in self.group_ids():
+            base = f"{_group(group_id)}/{OFFSETS}"
+            try:
+                topics = self.zk.get_children(base)
+            except NoNodeError:
+                continue
+            for topic in topics:
+                try:
+                    partitions = self.zk.get_children(f"{base}/{topic}")
+                except NoNodeError:
+                    continue
+                for partition in partitions:
+                    if partition.isdigit() and self._migrate_one(group_id, topic,
+                                                                 int(partition)):
+                        migrated += 1
+        return migrated
+
+    def _migrate_one(self, group_id: str, topic: str, partition: int) -> bool:
+        path = offset_path(group_id, topic, partition)
+        meta = meta_path(group_id, topic, partition)
+        for _ in range(MIGRATION_ATTEMPTS):
+            try:
+                raw, stat = self.zk.get(path)
+            except NoNodeError:
+                return False
+            if is_plain_offset(raw):
+                return False
+            try:
+                committed = CommittedOffset.from_json(raw)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                log.warning("%s holds neither a plain offset nor loglake's old JSON form; "
+                            "left as it is: %r", path, raw[:80])
+                return False
+            self.zk.ensure_path(meta.rpartition("/")[0])
+            tx = self.zk.transaction()
+            tx.set_data(path, committed.offset_value(), version=stat.version)
+            if self.zk.exists(meta) is None:
+                tx.create(meta, committed.to_json())
+            else:
+                tx.set_data(meta, committed.to_json())
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return True
+            # BadVersion: a coordinator or another broker wrote meanwhile; NodeExists /
+            # NoNode: the metadata znode came or went. Read again.
+        log.warning("%s changed on every attempt to migrate it; the next start-up tries again",
+                    path)
+        return False
+
+
+def _mtime(stat: ZnodeStat) -> int:
+    return int(stat.mtime)

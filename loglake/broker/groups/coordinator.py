@@ -9,7 +9,9 @@ but cannot claim that znode answers COORDINATOR_NOT_AVAILABLE (clients retry) un
 owner releases it or its session ends. A broker that stops being the hash choice persists the
 group, releases the claim and drops it; clients get NOT_COORDINATOR and look up the new one.
 
-**What moves with a group.** Committed offsets live in ZooKeeper (catalog.groups). Group
+**What moves with a group.** Committed offsets live in ZooKeeper (catalog.groups: the plain
+offset at Kafka's path, metadata beside it; :meth:`GroupCoordinator.migrate_offsets` rewrites
+loglake's older JSON form at start-up). Group
 metadata (generation, protocol, leader, members with their assignments and static instance ids)
 is persisted with version checks whenever a rebalance completes or membership changes, and the
 next coordinator loads it, so members keep heartbeating in the same generation after a
@@ -38,6 +40,7 @@ from kio.schema.errors import ErrorCode
 
 from loglake.broker.groups.group import Group, GroupState, Member
 from loglake.catalog.groups import CommittedOffset, GroupStore, StaleGroupError
+from loglake.catalog.zookeeper import CatalogClosedError
 from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
@@ -534,14 +537,34 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ timers
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            try:
-                await self._tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("group coordinator tick failed")
+        migration = asyncio.ensure_future(self.migrate_offsets())
+        try:
+            while True:
+                await asyncio.sleep(TICK_S)
+                try:
+                    await self._tick()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("group coordinator tick failed")
+        finally:
+            migration.cancel()
+
+    async def migrate_offsets(self) -> None:
+        """Rewrite committed offsets still in loglake's old JSON form into Kafka's plain form
+        (catalog.groups), once at start-up, waiting out ZooKeeper outages. Runs beside the
+        coordinator: readers accept both forms meanwhile."""
+        catalog = self.broker.catalog
+        try:
+            migrated = await self.broker.zk_call(
+                catalog.retrying, "migrating committed offsets", self.store.migrate_offsets)
+        except CatalogClosedError:  # the broker stops; the next start-up migrates
+            return
+        except Exception:  # e.g. ZooKeeper refused a write: the next start-up retries
+            log.exception("migrating committed offsets to the plain form failed")
+            return
+        if migrated:
+            log.info("migrated %d committed offsets to Kafka's plain form", migrated)
 
     async def _tick(self) -> None:
         now = self._now()
