@@ -171,3 +171,20 @@ def test_long_poll_waits_for_data(cluster, topic_name):
         thread.join()
         assert 0.3 < elapsed < 4.5  # answered by the append, not by max_wait
         assert len(response.responses[0].partitions[0].records) > 0
+
+
+@pytest.mark.parametrize("validate_only", [False, True])
+@pytest.mark.parametrize("partitions", [20_000, 2**31 - 1])
+def test_absurd_partition_counts_are_refused_quickly(cluster, topic_name, partitions,
+                                                     validate_only):
+    with WireClient.connect(cluster.bootstrap_servers) as client:
+        response = client.request(19, 7, {"topics": [
+            {"name": topic_name, "num_partitions": partitions, "replication_factor": 1}],
+            "timeout": 5000, "validate_only": validate_only})
+        assert response.topics[0].error_code == ErrorCode.invalid_partitions
+        assert "2000" in response.topics[0].error_message
+        response = client.request(19, 7, {"topics": [  # the cap itself is allowed
+            {"name": topic_name, "num_partitions": 2000, "replication_factor": 1}],
+            "timeout": 5000, "validate_only": True})
+        assert response.topics[0].error_code == ErrorCode.none
+    _alive(cluster)

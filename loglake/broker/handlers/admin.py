@@ -39,6 +39,12 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 _CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 
 
+MAX_PARTITIONS_PER_TOPIC = 2000
+"""Creating a topic writes its assignment and every partition's state znode in one ZooKeeper
+transaction (atomic topic creation); at about 250 bytes a partition, 2,000 keep the request well
+under ZooKeeper's default 1 MiB ``jute.maxbuffer`` (20,000 made the broker lose its session)."""
+
+
 async def create_topic(
     broker: Broker,
     name: str,
@@ -61,6 +67,10 @@ async def create_topic(
             raise InvalidRequestError(
                 "Both numPartitions or replicationFactor and replicasAssignments were set."
             )
+        if len(manual) > MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitionsError(
+                f"A manual assignment of {len(manual)} partitions is above "
+                f"{MAX_PARTITIONS_PER_TOPIC}, the most one topic can have here.")
         assignment = dict(sorted(manual.items()))
         if sorted(assignment) != list(range(len(assignment))):
             raise InvalidPartitionsError("Partitions in a manual assignment must be 0..n-1.")
@@ -79,6 +89,11 @@ async def create_topic(
         if partitions <= 0:
             raise InvalidPartitionsError(f"Number of partitions must be larger than 0, "
                                          f"got {partitions}.")
+        if partitions > MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitionsError(
+                f"Number of partitions {partitions} is above {MAX_PARTITIONS_PER_TOPIC}, the most "
+                "one topic can have here (its partition states are created in one ZooKeeper "
+                "transaction, which must stay under ZooKeeper's 1 MiB request limit).")
         assignment = assign_replicas({b: info.rack for b, info in registered.items()},
                                      partitions, factor)
     topic_id = uuid.uuid4()
