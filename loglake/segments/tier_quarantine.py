@@ -12,27 +12,33 @@ by records and quarantined rows, and the tiered end moves past them.
 
 Steps:
 
-1. framing: walk the batches by their length fields. A batch is *framed* when its header is
-   complete, magic is 2, its length stays inside the buffer, lastOffsetDelta and recordCount
-   are not negative, and its offsets are plausible (base above the previous batch's offsets and
-   at least ``base_offset``, the segment's; last offset below ``end_offset``); it is *good*
-   when its CRC matches too. A framed batch whose CRC fails is quarantined whole (the next
-   batch may still start above its base: its lastOffsetDelta is not trusted). Anything else
-   starts an unframed range, which ends where the next good batch with a plausible base
-   offset starts (resynchronisation: candidates are the positions of a magic byte 2, each
-   checked in full, CRC included) or at the end of the buffer.
+1. framing: walk the batches by their length fields. Bytes *frame* a batch when the header is
+   complete, magic is 2, the length stays inside the buffer, and lastOffsetDelta and
+   recordCount are not negative. Bytes that do not frame start an unframed range, which ends
+   where the next good batch starts (resynchronisation: at the declared length when it was
+   sane, else at the next position holding a magic byte 2 whose batch checks out in full,
+   CRC included) or at the end of the buffer. A framed batch is *good* when its CRC matches
+   and its offsets lie in the segment (from ``base_offset``, below ``next_offset``). The base
+   offset is
+   outside the CRC, so a damaged one shows only as a batch out of order with its
+   neighbours: of the good batches, those outside the best run whose offset ranges strictly
+   increase (in byte order; the most batches, then the most batches adjacent to their
+   neighbours in the file) are bad too --
+   one damaged header costs one batch, never the intact batches around it. A batch whose CRC
+   fails ends at its declared length when bytes frame there, else (its length may be what is
+   damaged) where the next good batch starts.
 2. decoding: the good batches in range are decoded together (tier_rows.rows_of_batches, the
    vectorised path); when that fails, the set is bisected until each failing batch is alone
    (k bad batches among n cost about k * log2(n) extra decodes of shrinking sets).
 3. plausibility: a batch whose records' offsets fall outside its own range or do not increase
-   is quarantined (its rows would duplicate or misplace offsets in the table).
-4. offsets: a quarantined batch keeps its base offset; its last offset is cut below the next
-   good batch. An unframed range stands for the offsets between the batch before it and the
-   good batch after it (up to ``end_offset`` when none follows). Bytes that stand for no
+   is bad (its rows would duplicate or misplace offsets in the table).
+4. offsets: each run of bad pieces stands for the offsets between the good batches around it
+   (up to ``next_offset``, else ``end_offset``, after the last one). A bad batch whose header
+   fits there and is not out of order keeps its own range (a failed CRC or decode with an
+   intact header: the usual case); the other pieces share out the rest. Pieces left with no
    offset at all (a stray copy of a batch between two adjacent batches, junk after the last
    batch) are reported in :attr:`SegmentRows.quarantined` but get no row: a row needs an
-   offset of its own. (Framed batches, good or not, have strictly increasing base offsets,
-   so these ranges never overlap.)
+   offset of its own.
 
 Rows come out in offset order, offsets unique, within ``[start_offset, end_offset)``. A clean
 segment costs one framing pass (as tier_codec.scan_batches) plus one vectorised offsets check
@@ -146,22 +152,25 @@ class _Piece:
     size: int
     fields: BatchFields | None
     error: str | None
+    trusted: bool = True  # its header's offsets may stand for it (not out of order)
     first: int = 0
     last: int = -1
 
 
 def segment_rows(
     data: Buffer, *, start_offset: int = 0, end_offset: int | None = None,
-    base_offset: int = 0, fallback_timestamp_ms: int = 0, verify_crc: bool = True,
+    base_offset: int = 0, next_offset: int | None = None, fallback_timestamp_ms: int = 0,
+    verify_crc: bool = True,
 ) -> SegmentRows:
     """The rows of the offsets ``[start_offset, end_offset)`` of a segment's bytes ``data``,
-    records and quarantined rows (see the module docstring). ``base_offset``: the segment's
-    first offset (no batch may start below it); ``fallback_timestamp_ms``: the timestamp of a
-    quarantined row with no decodable record in range to borrow one from (the tierer passes
-    the segment file's modification time, as Kafka's retention does for segments without
-    timestamps)."""
+    records and quarantined rows (see the module docstring). ``base_offset`` and
+    ``next_offset``: the segment's first offset and the offset after its last (no batch may
+    start below the one or reach the other; None: no upper bound); ``fallback_timestamp_ms``:
+    the timestamp of a quarantined row with no decodable record in range to borrow one from
+    (the tierer passes the segment file's modification time, as Kafka's retention does for
+    segments without timestamps)."""
     buf = data if isinstance(data, bytes) else bytes(data)
-    pieces = _frame(buf, lower=base_offset, end=end_offset, verify_crc=verify_crc)
+    pieces = _frame(buf, lower=base_offset, end=next_offset, verify_crc=verify_crc)
     wanted = [p for p in pieces if p.error is None and p.fields is not None
               and _last(p.fields) >= start_offset]
     tables, failures = _decode(buf, [p.fields for p in wanted if p.fields is not None],
@@ -185,7 +194,8 @@ def segment_rows(
         rows = rows.filter(keep)
     if not any(p.error for p in pieces):
         return SegmentRows(conform_rows(rows), ())
-    _assign_offsets(pieces, lower=base_offset, end=end_offset)
+    _assign_offsets(pieces, lower=base_offset,
+                    end=next_offset if next_offset is not None else end_offset)
     bad = [p for p in pieces if p.error is not None and _in_range(p, start_offset, end_offset)]
     stored = [p for p in bad if p.last >= p.first]
     quarantine = _quarantine_rows(buf, stored, rows, start_offset, fallback_timestamp_ms)
@@ -202,81 +212,164 @@ def _last(fields: BatchFields) -> int:
 # ---------------------------------------------------------------------------------- framing
 
 
-def _inspect(buf: bytes, pos: int, expected: int, end: int | None,
-             verify_crc: bool) -> tuple[BatchFields | None, str | None, int]:
-    """``(fields, problem, hop)`` of the bytes at ``pos``: fields (with the position) of a
-    framed batch with plausible offsets, else None; problem None when it is good; hop: the
-    declared size when the length field looked sane (where the next batch may start)."""
+def _inspect(buf: bytes, pos: int, lower: int, end: int | None,
+             verify_crc: bool) -> tuple[BatchFields | None, str | None, int, bool]:
+    """``(fields, problem, hop, crc_ok)`` of the bytes at ``pos``: the header fields (plus
+    position) when they frame a batch, else None; problem None when the batch is good (CRC,
+    offsets within ``[lower, end)``); hop: the declared size when the length field looked
+    sane (where the next batch may start); crc_ok: the CRC matched (or was not checked), so
+    the length is right too."""
     available = len(buf) - pos
     if available < HEADER_SIZE:
         return None, (f"CorruptRecordError: {available} bytes at byte {pos} are too few for "
-                      "a batch header"), 0
+                      "a batch header"), 0, False
     fields = HEADER.unpack_from(buf, pos)
     length = fields[BATCH_LENGTH]
     size = length + LOG_OVERHEAD
     if length < MIN_BATCH_LENGTH or size > available:
         return None, (f"CorruptRecordError: the batch at byte {pos} declares length {length}; "
-                      f"{available} bytes are left"), 0
+                      f"{available} bytes are left"), 0, False
     if fields[MAGIC] != CURRENT_MAGIC:
         return None, (f"InvalidRecordError: unsupported record batch magic {fields[MAGIC]} at "
-                      f"byte {pos}"), size
+                      f"byte {pos}"), size, False
     if fields[LAST_OFFSET_DELTA] < 0 or fields[RECORD_COUNT] < 0:
         return None, (f"CorruptRecordError: the batch at byte {pos} has a negative "
-                      "lastOffsetDelta or record count"), size
-    base = fields[BASE_OFFSET]
-    last = base + fields[LAST_OFFSET_DELTA]
-    if base < expected or (end is not None and last >= end):
-        limit = "" if end is None else f" below {end}"
-        return None, (f"CorruptRecordError: the batch at byte {pos} claims offsets "
-                      f"[{base}, {last}]; the segment holds offsets from {expected}{limit} "
-                      "there"), size
+                      "lastOffsetDelta or record count"), size, False
     batch = (*fields, pos)
+    base = fields[BASE_OFFSET]
     if verify_crc:
         actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
         if actual != fields[CRC]:
             return batch, (f"CorruptRecordError: the batch at byte {pos} (base offset {base}) "
                            f"failed its CRC check: stored {fields[CRC]:#010x}, computed "
-                           f"{actual:#010x}"), size
-    return batch, None, size
+                           f"{actual:#010x}"), size, False
+    last = base + fields[LAST_OFFSET_DELTA]
+    if base < lower or (end is not None and last >= end):
+        limit = "" if end is None else f" below {end}"
+        return batch, (f"CorruptRecordError: the batch at byte {pos} claims offsets "
+                       f"[{base}, {last}]; the segment holds offsets from {lower}{limit} "
+                       "(its base offset, which no CRC covers, may be damaged)"), size, True
+    return batch, None, size, True
 
 
 def _frame(buf: bytes, *, lower: int, end: int | None, verify_crc: bool) -> list[_Piece]:
-    """Step 1 of the module docstring: the buffer cut into batches and unframed ranges."""
+    """Step 1 of the module docstring: the buffer cut into batches and unframed ranges; the
+    good batches that break the offset order are marked bad (:func:`_keep_ordered`)."""
     pieces: list[_Piece] = []
     pos, n = 0, len(buf)
-    expected = lower
     while pos < n:
-        fields, problem, hop = _inspect(buf, pos, expected, end, verify_crc)
+        fields, problem, hop, crc_ok = _inspect(buf, pos, lower, end, verify_crc)
         if fields is not None:
-            pieces.append(_Piece(pos, hop, fields, problem))
-            # a CRC failure leaves lastOffsetDelta untrusted: the next batch may start above
-            # the base (offsets are reassigned in _assign_offsets)
-            expected = _last(fields) + 1 if problem is None else fields[BASE_OFFSET] + 1
-            pos += hop
+            step = hop
+            if not crc_ok:
+                # the failed CRC may come from a damaged length: the batch ends where a good
+                # batch starts inside what it claims, or where the next good batch starts
+                # when nothing frames where it points
+                inside = _resync(buf, pos, 0, lower, end, verify_crc, limit=pos + hop)
+                if inside < pos + hop:
+                    step = inside - pos
+                elif pos + hop < n and _inspect(buf, pos + hop, lower, end,
+                                                verify_crc)[0] is None:
+                    step = _resync(buf, pos + hop, 0, lower, end, verify_crc) - pos
+            # a CRC-valid batch is bad only for offsets outside the segment: not to be trusted
+            pieces.append(_Piece(pos, step, fields, problem,
+                                 trusted=problem is None or not crc_ok))
+            pos += step
             continue
-        following = _resync(buf, pos, hop, expected, end, verify_crc)
+        following = _resync(buf, pos, hop, lower, end, verify_crc)
         pieces.append(_Piece(pos, following - pos, None, problem))
         pos = following
+    _keep_ordered(pieces, lower, end)
     return pieces
 
 
-def _resync(buf: bytes, pos: int, hop: int, expected: int, end: int | None,
-            verify_crc: bool) -> int:
-    """Where the next good batch after the bad bytes at ``pos`` starts (the buffer's end when
-    none does): at ``pos + hop`` if the length field was sane, else at the first position
-    whose magic byte is 2 and whose batch checks out in full."""
-    n = len(buf)
-    if hop and pos + hop < n and _inspect(buf, pos + hop, expected, end, verify_crc)[1] is None:
+def _resync(buf: bytes, pos: int, hop: int, lower: int, end: int | None,
+            verify_crc: bool, *, limit: int | None = None) -> int:
+    """Where the next good batch after the bad bytes at ``pos`` starts, before ``limit`` (the
+    buffer's end when none does; ``limit`` when none does before it): at ``pos + hop`` if the
+    length field was sane, else at the first position whose magic byte is 2 and whose batch
+    checks out in full."""
+    n = len(buf) if limit is None else min(limit, len(buf))
+    if hop and pos + hop < n and _inspect(buf, pos + hop, lower, end, verify_crc)[1] is None:
         return pos + hop
     probe = pos + 1 + MAGIC_OFFSET
     while True:
-        at = buf.find(_MAGIC_BYTE, probe)
-        if at < 0 or at - MAGIC_OFFSET + HEADER_SIZE > n:
+        at = buf.find(_MAGIC_BYTE, probe, n + MAGIC_OFFSET)
+        if at < 0 or at - MAGIC_OFFSET >= n or at - MAGIC_OFFSET + HEADER_SIZE > len(buf):
             return n
         candidate = at - MAGIC_OFFSET
-        if _inspect(buf, candidate, expected, end, verify_crc)[1] is None:
+        if _inspect(buf, candidate, lower, end, verify_crc)[1] is None:
             return candidate
         probe = at + 1
+
+
+def _keep_ordered(pieces: list[_Piece], lower: int, upper: int | None) -> None:
+    """Mark bad the good batches outside the best run (in byte order) of good batches whose
+    offset ranges strictly increase. A base offset is not covered by the CRC, so a damaged one
+    shows only as a batch out of order with its neighbours; the best run has the most batches
+    and, among those, the most anchored ones (starting right after the previous batch in the
+    file or ending right before the next, as the batches of a local log do), so one damaged
+    header costs its own batch and never the intact batches around it. (A weighted longest
+    increasing run: O(n log n), run only when the batches are out of order.)"""
+    candidates: list[int] = []
+    ranges: list[tuple[int, int]] = []
+    for index, piece in enumerate(pieces):
+        if piece.error is None and piece.fields is not None:
+            candidates.append(index)
+            ranges.append((piece.fields[BASE_OFFSET], _last(piece.fields)))
+    if all(ranges[k][0] > ranges[k - 1][1] for k in range(1, len(ranges))):
+        return  # already in order (a healthy segment): nothing to choose
+    # a batch is anchored when it starts right after the batch before it in the file (the
+    # first one: at the segment's base offset) or ends right before the one after it (the
+    # last one: before the segment's next offset), bad batches included: a damaged base
+    # offset un-anchors its own batch only
+    framed = [(p.fields[BASE_OFFSET], _last(p.fields)) for p in pieces if p.fields is not None]
+    framed_at = [i for i, p in enumerate(pieces) if p.fields is not None]
+    where = {index: k for k, index in enumerate(framed_at)}
+    anchored = []
+    for index, (base, last) in zip(candidates, ranges, strict=True):
+        k = where[index]
+        previous = framed[k - 1][1] if k > 0 else lower - 1
+        following = framed[k + 1][0] if k + 1 < len(framed) else upper
+        anchored.append(previous + 1 == base or (following is not None
+                                                 and last + 1 == following))
+    weight = len(ranges) + 1  # one batch more outweighs every anchoring bonus together
+    lasts = sorted({last for _base, last in ranges})
+    tree = [(0, -1)] * (len(lasts) + 1)  # Fenwick tree: best (score, k) by last-offset rank
+
+    def best_below(rank: int) -> tuple[int, int]:
+        best = (0, -1)
+        while rank > 0:
+            best = max(best, tree[rank])
+            rank -= rank & -rank
+        return best
+
+    def record(rank: int, value: tuple[int, int]) -> None:
+        while rank <= len(lasts):
+            tree[rank] = max(tree[rank], value)
+            rank += rank & -rank
+
+    score: list[int] = []
+    before: list[int] = []
+    for k, (base, last) in enumerate(ranges):
+        best, previous = best_below(bisect.bisect_left(lasts, base))  # runs ending below base
+        score.append(best + weight + anchored[k])
+        before.append(previous)
+        record(bisect.bisect_left(lasts, last) + 1, (score[k], k))
+    kept: set[int] = set()
+    cursor = max(range(len(ranges)), key=lambda k: score[k])
+    while cursor >= 0:
+        kept.add(candidates[cursor])
+        cursor = before[cursor]
+    for index in candidates:
+        if index not in kept:
+            piece = pieces[index]
+            assert piece.fields is not None
+            piece.trusted = False
+            piece.error = (f"CorruptRecordError: the batch at byte {piece.position} claims "
+                           f"offsets [{piece.fields[BASE_OFFSET]}, {_last(piece.fields)}], "
+                           "out of order with the batches around it (its base offset, which "
+                           "no CRC covers, may be damaged)")
 
 
 # --------------------------------------------------------------------------------- decoding
@@ -321,32 +414,52 @@ def _misplaced_batches(rows: pa.Table) -> set[int]:
 
 
 def _assign_offsets(pieces: list[_Piece], *, lower: int, end: int | None) -> None:
-    """Step 4: the offsets each bad piece stands for (``first``..``last``; last < first: none)."""
-    # framed pieces (good or bad) have strictly increasing base offsets (see _frame): each
-    # bad piece ends below the next one's base
-    next_base: list[int | None] = [None] * len(pieces)
-    following: int | None = None
-    for index in range(len(pieces) - 1, -1, -1):
-        next_base[index] = following
-        fields = pieces[index].fields
-        if fields is not None:
-            following = fields[BASE_OFFSET]
+    """Step 4: the offsets each bad piece stands for (``first``..``last``; last < first: none).
+    Each run of bad pieces fills the window between the good batches around it."""
     previous_last = lower - 1
-    for index, piece in enumerate(pieces):
-        fields = piece.fields
-        if piece.error is None and fields is not None:
-            previous_last = _last(fields)
+    run: list[_Piece] = []
+    for piece in [*pieces, None]:
+        if piece is not None and piece.error is not None:
+            run.append(piece)
             continue
-        limit = next_base[index]
-        upper = limit - 1 if limit is not None else (end - 1 if end is not None else None)
-        first = previous_last + 1
-        if fields is not None:
-            first = max(first, fields[BASE_OFFSET])
-            last = _last(fields) if upper is None else min(_last(fields), upper)
+        if run:
+            if piece is not None:
+                assert piece.fields is not None
+                high: int | None = piece.fields[BASE_OFFSET] - 1
+            else:
+                high = None if end is None else end - 1
+            _assign_run(run, previous_last + 1, high)
+            run = []
+        if piece is not None:
+            assert piece.fields is not None
+            previous_last = _last(piece.fields)
+
+
+def _assign_run(run: Sequence[_Piece], low: int, high: int | None) -> None:
+    """Offsets of consecutive bad pieces in the window ``[low, high]`` (None: unbounded). A
+    batch whose header is trusted (not out of order) and fits the window, after the pieces
+    before it, keeps its own offsets (cut at ``high``); the other pieces share out what lies
+    between those."""
+    claims: list[tuple[int, int] | None] = []
+    cursor = low - 1
+    for piece in run:
+        fields = piece.fields if piece.trusted else None
+        if (fields is not None and fields[BASE_OFFSET] > cursor
+                and (high is None or fields[BASE_OFFSET] <= high)):
+            last = _last(fields) if high is None else min(_last(fields), high)
+            claims.append((fields[BASE_OFFSET], last))
+            cursor = last
         else:
-            last = first - 1 if upper is None else upper
-        piece.first, piece.last = first, max(last, first - 1)
-        previous_last = max(previous_last, piece.last)
+            claims.append(None)
+    previous = low - 1
+    for index, piece in enumerate(run):
+        claim = claims[index]
+        if claim is None:
+            following = next((c[0] for c in claims[index + 1:] if c is not None), None)
+            upper = following - 1 if following is not None else high
+            claim = (previous + 1, previous if upper is None else max(upper, previous))
+        piece.first, piece.last = claim
+        previous = max(previous, piece.last)
 
 
 def _in_range(piece: _Piece, start: int, end: int | None) -> bool:
@@ -378,7 +491,7 @@ def _quarantine_rows(buf: bytes, pieces: Sequence[_Piece], records: pa.Table, st
             "key": None,
             "value": raw,
             "headers": [],
-            "batch_offset": fields[BASE_OFFSET] if fields is not None else piece.first,
+            "batch_offset": piece.first,
             "batch_last_offset": piece.last,
             "attributes": attributes,
             "leader_epoch": fields[LEADER_EPOCH] if fields is not None else -1,

@@ -450,7 +450,7 @@ def write_segment_file(storage: Storage, topic: str, partition: int, path: Path,
     data = path.read_bytes()
     parsed = filenames.parse_segment_name(path.name)
     result = segment_rows(data, start_offset=start, end_offset=end,
-                          base_offset=parsed[0] if parsed is not None else 0,
+                          base_offset=parsed[0] if parsed is not None else 0, next_offset=end,
                           fallback_timestamp_ms=int(path.stat().st_mtime * 1000))
     pending = (TieredTable(storage, topic).write_file(partition, result.rows)
                if result.rows.num_rows else None)
