@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loglake.catalog.zookeeper import ClusterCatalog
@@ -40,6 +41,13 @@ EVENT_COUNT = 6_000
 DAY_MS = 86_400_000
 SEGMENT_BYTES = 32 * 1024
 EVENT_SEGMENT_BYTES = 8 * 1024  # small files, so retention's whole-file steps are fine-grained
+TIERED_TIMEOUT_S = 120.0
+LOCAL_COPIES_TIMEOUT_S = 120.0
+"""Safety bounds of the waits below. Dropping the local copies takes about a second (the
+compaction's announcement starts the brokers' check at once; without it, within ~5 s);
+tiering, a few seconds. A wait that ends here is a bug in what it waits for."""
+PROGRESS_EVERY_S = 5.0
+"""A wait prints where it stands this often."""
 
 
 def run(bootstrap: str, zookeeper: str, spark: SparkSession, *, replicas: int) -> None:
@@ -96,20 +104,44 @@ def _produce_events(bootstrap: str) -> None:
           f"(retention.ms = 1 day)")
 
 
-def _wait_tiered(zookeeper: str, topics: tuple[str, ...], timeout: float = 60.0) -> None:
+def _wait(probe: Callable[[], tuple[bool, str]], *, what: str, timeout: float,
+          interval: float = 0.3) -> None:
+    """Call ``probe`` (-> done, where it stands) until done; print where it stands every
+    PROGRESS_EVERY_S; RuntimeError after ``timeout`` seconds."""
+    started = time.monotonic()
+    note_at = started + PROGRESS_EVERY_S
+    while True:
+        done, state = probe()
+        if done:
+            return
+        now = time.monotonic()
+        if now - started >= timeout:
+            raise RuntimeError(f"{what}: not done after {timeout:g} s ({state}); see the "
+                               f"broker logs under the cluster's data directory")
+        if now >= note_at:
+            print(f"    still {what} after {now - started:.0f} s: {state}", flush=True)
+            note_at = now + PROGRESS_EVERY_S
+        time.sleep(interval)
+
+
+def _wait_tiered(zookeeper: str, topics: tuple[str, ...],
+                 timeout: float = TIERED_TIMEOUT_S) -> None:
     """Until every sealed segment of ``topics`` is in Delta (the hot tail stays on brokers)."""
     catalog = ClusterCatalog(zookeeper)
     catalog.start()
+
+    def probe() -> tuple[bool, str]:
+        status = {topic: catalog.tiering_status(topic).get(0, {}) for topic in topics}
+        state = ", ".join(f"{topic} tiered up to {s.get('tiered_end') or 0}, "
+                          f"{s.get('lag_offsets', '?')} sealed offsets to go"
+                          for topic, s in status.items())
+        return all(s.get("tiered_end") and s.get("lag_offsets") == 0
+                   for s in status.values()), state
+
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = [catalog.tiering_status(topic).get(0, {}) for topic in topics]
-            if all(s.get("tiered_end") and s.get("lag_offsets") == 0 for s in status):
-                return
-            time.sleep(0.5)
+        _wait(probe, what="waiting for the tierer", timeout=timeout)
     finally:
         catalog.stop()
-    raise RuntimeError(f"{', '.join(topics)} not tiered within {timeout:g} s")
 
 
 Row = tuple[int, bytes | None, bytes | None]
@@ -129,16 +161,19 @@ def _read_all(bootstrap: str, topic: str, *, start: int = 0) -> tuple[list[Row],
     return records, low, high
 
 
-def _wait_local_start(cluster: Cluster, offset: int, timeout: float = 30.0) -> int:
+def _wait_local_start(cluster: Cluster, offset: int,
+                      timeout: float = LOCAL_COPIES_TIMEOUT_S) -> int:
     """Until the leader of ``demo.profiles`` reports a local log start >= ``offset``."""
-    deadline = time.monotonic() + timeout
     start = 0
-    while time.monotonic() < deadline:
+
+    def probe() -> tuple[bool, str]:
+        nonlocal start
         start = int(cluster.catalog.tiering_status(PROFILES).get(0, {}).get("local_start") or 0)
-        if start >= offset:
-            return start
-        time.sleep(0.3)
-    raise RuntimeError(f"the brokers kept local copies below {offset} (local start {start})")
+        return start >= offset, f"local log of {PROFILES}-0 starts at {start}, table " \
+                                f"compacted below {offset}"
+
+    _wait(probe, what="waiting for the brokers to drop their local copies", timeout=timeout)
+    return start
 
 
 def _compaction(bootstrap: str, cluster: Cluster, spark: SparkSession,

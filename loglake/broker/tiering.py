@@ -37,20 +37,27 @@ failure with its traceback, then one line with a count every failure_log.REPEAT_
 The tiering status carries ``failures`` (in a row) and ``last_error`` while tiering fails. A
 dead worker process is replaced on the next attempt.
 
-Local retention (every ``log.retention.check.interval.ms``, every hosted replica): deletes the
-oldest local segments per segments/retention.py; on tiered topics only segments already in the
-table (followers read the table's tiered_end themselves), and on compacted tiered topics every
-segment below the compaction job's cleaned offset (the table holds the compacted copy; a
-compaction announcement triggers the pass at once).
+Local retention (every hosted replica): deletes the oldest local segments per
+segments/retention.py; on tiered topics only segments already in the table (followers read the
+table's tiered_end themselves), and on compacted tiered topics every segment below the
+compaction job's cleaned offset (the table holds the compacted copy). When: a full pass at
+start-up and every ``log.retention.check.interval.ms``; the replicas of a topic at once when a
+change of its table is announced; the replicas of compacted tiered topics also every
+READER_REFRESH_S, so a missed announcement (ZooKeeper away when the job announced, a watch that
+failed) delays dropping stale copies by seconds, not by the check interval. Schedules are due
+times on the monotonic clock, which counts from boot: no fixed value means "now".
 
 Tier reads: consumer fetches below the local log start are answered from the table (one row
 group, re-encoded to the original batches, cached per partition), and the earliest offset a
 consumer sees is the table's first offset. Clean-up jobs replace and remove files: after each
 such commit they announce it in ZooKeeper (``/loglake/table_changes/<topic>``); the broker
-watches that znode for every topic it has read and drops the topic's cached row groups and
-table start, and reloads the snapshot before its next read, so a consumer that starts after a
-job finished sees its result. Without announcements (ZooKeeper away) caches live at most
-READER_REFRESH_S; a file vacuumed under a stale snapshot makes the read reload and retry.
+watches that znode for every tiered topic it hosts a replica of or has read (set from the loop,
+so a fresh replica watches before any read; a watch that fails is set again on the next turn;
+setting it counts as an announcement, so one made before is not lost) and drops the topic's
+cached row groups and table start, and reloads the snapshot before its next read, so a
+consumer that starts after a job finished sees its result. Without announcements (ZooKeeper
+away) caches live at most READER_REFRESH_S; a file vacuumed under a stale snapshot makes the
+read reload and retry.
 
 Thread-safety: the Tierer lives on the broker's event loop; decoding a segment and writing its
 Parquet file run in one spawned worker process (off the broker's GIL); Delta work runs in worker
@@ -105,8 +112,9 @@ Key = tuple[str, int]
 STATUS_INTERVAL_S = 1.0
 PR_SET_PDEATHSIG = 1
 READER_REFRESH_S = 5.0
-"""Longest a broker serves tier reads from a cached snapshot when it missed a table-change
-announcement (ZooKeeper unreachable); announced changes apply at once."""
+"""Longest a broker serves tier reads from a cached snapshot, or keeps local segments below a
+compaction's cleaned offset, when it missed a table-change announcement (ZooKeeper
+unreachable); announced changes apply at once."""
 MAX_BACKOFF_S = 30.0
 """Longest wait before tiering a partition again after failures in a row."""
 QUARANTINE_LOG_LINES = 5
@@ -180,8 +188,12 @@ class Tierer:
         self._chunks: dict[Key, _Chunk] = {}
         self._starts: dict[Key, int | None] = {}  # tier start per partition, last seen
         self._wake: asyncio.Event | None = None
-        self._last_retention = 0.0
-        self._last_reader_refresh = 0.0
+        # when the next periodic steps are due (time.monotonic(); set when run() starts: the
+        # monotonic clock counts from boot, so no fixed value means "at once")
+        self._next_retention = 0.0  # full local retention pass
+        self._next_cleaned_check = 0.0  # compacted tiered topics (missed announcements)
+        self._next_reader_refresh = 0.0
+        self._retention_topics: set[str] = set()  # announced: their replicas are checked now
         self._stale: set[str] = set()  # topics whose reader reloads its snapshot before a read
         self._watched: dict[str, object] = {}  # topics watched for table changes -> token
         self._changes: dict[str, int] = {}  # table changes seen per topic (cache generations)
@@ -267,11 +279,16 @@ class Tierer:
                 topic, changed, alive=lambda: self._watched.get(topic) is token)
 
         async def register() -> None:
+            what = f"watching table changes of {topic} (meanwhile: reloads every " \
+                   f"{READER_REFRESH_S:g} s)"
             try:
                 await asyncio.to_thread(watch)
-            except Exception:
-                log.warning("cannot watch table changes of %s; reloading every %g s",
-                            topic, READER_REFRESH_S, exc_info=True)
+            except Exception as exc:
+                if self._watched.get(topic) is token:
+                    del self._watched[topic]  # the tierer's loop tries again
+                self._failures.failed(("watch", topic), what, exc)
+            else:
+                self._failures.succeeded(("watch", topic), what)
 
         self._tasks.add(asyncio.ensure_future(register()))
 
@@ -281,7 +298,7 @@ class Tierer:
         self._stale.add(topic)
         self._changes[topic] = self._changes.get(topic, 0) + 1
         if announced:  # a compaction may have made local segments stale: check them now
-            self._last_retention = 0.0
+            self._retention_topics.add(topic)
             self.poke()
         for key in [k for k in self._chunks if k[0] == topic]:
             del self._chunks[key]
@@ -347,23 +364,44 @@ class Tierer:
                 await self.broker.zk_call(self.broker.catalog.publish_storage,
                                           self.storage.url, dict(self.storage.options))
         interval = self.broker.config.remote_log_manager_task_interval_ms / 1000
+        check = self.broker.config.log_retention_check_interval_ms / 1000
+        self._next_retention = self._next_cleaned_check = self._next_reader_refresh = \
+            time.monotonic()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), interval)
             self._wake.clear()
             if self.storage is not None and self.broker.zk_healthy():
                 for partition in list(self.broker.partitions.values()):
+                    if self.tiered(partition.topic):  # every replica, read or not
+                        self._watch_changes(partition.topic)
+                for partition in list(self.broker.partitions.values()):
                     if partition.role is Role.LEADER and self.tiered(partition.topic):
                         await self._tier_guarded(partition, interval)
-            check = self.broker.config.log_retention_check_interval_ms / 1000
-            if time.monotonic() - self._last_retention >= check:
-                self._last_retention = time.monotonic()
+            now = time.monotonic()
+            if now >= self._next_retention:
+                self._next_retention = now + check
+                self._retention_topics.clear()
                 await self._retention_pass()
-            if time.monotonic() - self._last_reader_refresh >= READER_REFRESH_S:
+            else:
+                topics, self._retention_topics = self._retention_topics, set()
+                if now >= self._next_cleaned_check:  # announcements may have been missed
+                    topics |= self._compacted_tiered_topics()
+                if topics:
+                    await self._retention_pass(topics)
+            if now >= self._next_cleaned_check:
+                self._next_cleaned_check = now + READER_REFRESH_S
+            if now >= self._next_reader_refresh:
                 # in case an announcement of a clean-up job was missed
-                self._last_reader_refresh = time.monotonic()
+                self._next_reader_refresh = now + READER_REFRESH_S
                 for topic in {topic for topic, _ in self._starts} | set(self._readers):
                     self._table_changed(topic)
+
+    def _compacted_tiered_topics(self) -> set[str]:
+        """Topics with a replica here whose cleanup.policy compacts the tiered table."""
+        return {partition.topic for partition in self.broker.partitions.values()
+                if "compact" in partition.config.cleanup_policy
+                and self.tiered(partition.topic)}
 
     async def _tier_guarded(self, partition: Partition, interval: float) -> None:
         """Tier one partition unless it is backing off; failures are counted, logged without
@@ -492,9 +530,13 @@ class Tierer:
                                                         int(time.time() * 1000)})
 
     # ------------------------------------------------------------------ local retention
-    async def _retention_pass(self) -> None:
+    async def _retention_pass(self, topics: set[str] | None = None) -> None:
+        """Local retention of every hosted replica (of ``topics`` only, when given)."""
         now_ms = int(self.broker.clock() * 1000)
+        refreshed: set[str] = set()  # topics whose snapshot this pass brought up to date
         for key, partition in list(self.broker.partitions.items()):
+            if topics is not None and partition.topic not in topics:
+                continue
             try:
                 tiered = self.tiered(partition.topic)
                 tiered_end: int | None = None
@@ -505,13 +547,18 @@ class Tierer:
                         tiered_end = progress.tiered_end
                     else:
                         reader = self._reader(partition.topic)
-                        tiered_end = await reader.call(reader.table.tiered_end, partition.index)
+                        tiered_end = await reader.call(
+                            reader.table.tiered_end, partition.index,
+                            refresh=partition.topic not in refreshed)
+                        refreshed.add(partition.topic)
                     if tiered_end is None:
                         continue  # nothing tiered yet: keep everything
                     if "compact" in partition.config.cleanup_policy:
                         reader = self._reader(partition.topic)
-                        compacted = await reader.call(_refreshed_cleaned_end, reader.table,
-                                                      partition.index)
+                        compacted = await reader.call(_cleaned_end, reader.table,
+                                                      partition.index,
+                                                      partition.topic not in refreshed)
+                        refreshed.add(partition.topic)
                 retention_ms, retention_bytes = local_limits(partition.config, tiered=tiered)
                 if self.broker.partitions.get(key) is not partition:
                     continue
@@ -671,8 +718,8 @@ def _refreshed_start(table: TieredTable, partition: int) -> int | None:
     return table.start_offset(partition)
 
 
-def _refreshed_cleaned_end(table: TieredTable, partition: int) -> int:
-    table.table(refresh=True)
+def _cleaned_end(table: TieredTable, partition: int, refresh: bool) -> int:
+    table.table(refresh=refresh)
     return cleaned_end(table, partition)
 
 
