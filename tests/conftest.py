@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,13 @@ from loglake.dev.harness import DevCluster
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# tools resolve addresses from the environment and the `loglake dev up` profile
+# (loglake/addresses.py): tests never read or write the real home's profile, nor inherit a
+# developer's LOGLAKE_ZOOKEEPER / LOGLAKE_BOOTSTRAP_SERVERS
+_CONFIG_DIR = tempfile.TemporaryDirectory(prefix="loglake-test-config-")
+os.environ["LOGLAKE_CONFIG_DIR"] = _CONFIG_DIR.name
+for _variable in ("LOGLAKE_ZOOKEEPER", "LOGLAKE_BOOTSTRAP_SERVERS"):
+    os.environ.pop(_variable, None)
 
 # fixtures of the loopback S3 endpoint (s3_server) and the one SparkSession (spark)
 pytest_plugins = ["tests.s3_server", "tests.spark_session"]

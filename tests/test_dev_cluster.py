@@ -56,7 +56,7 @@ def test_broker_properties_contract(tmp_path: Path) -> None:
 def test_cluster_info_output_lines(tmp_path: Path) -> None:
     info = cluster.ClusterInfo(tmp_path, (9092, 9093), (10092,))
     assert info.summary_lines() == ["bootstrap.servers=127.0.0.1:9092,127.0.0.1:9093",
-                                    "zookeeper=127.0.0.1:10092"]
+                                    "zookeeper=127.0.0.1:10092/loglake"]
     assert info.zookeeper_connect == "127.0.0.1:10092/loglake"
 
 
@@ -180,7 +180,7 @@ def test_cli_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
                         "--zookeeper-port", str(first + 1),
                         "--broker-config", "zookeeper.session.timeout.ms=4000") == 0
         assert capsys.readouterr().out.splitlines() == [
-            f"bootstrap.servers=127.0.0.1:{first}", f"zookeeper=127.0.0.1:{first + 1}"]
+            f"bootstrap.servers=127.0.0.1:{first}", f"zookeeper=127.0.0.1:{first + 1}/loglake"]
         assert _run_cli("dev", "kill", "--data", data, "--broker", "1") == 0
         assert _run_cli("dev", "status", "--data", data) == 0
         rows = capsys.readouterr().out.splitlines()

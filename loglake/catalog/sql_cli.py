@@ -3,12 +3,14 @@
 ::
 
     loglake sql "SELECT partition, count(*) FROM \\`orders.v1\\` GROUP BY partition" \\
-        --zookeeper 127.0.0.1:10092/loglake [--format table|json|csv] [--max-rows N]
+        [--zookeeper 127.0.0.1:10092/loglake] [--format table|json|csv] [--max-rows N]
 
 Every topic whose name occurs in the query text is registered as a view first
 (catalog/spark.py: tiered rows read natively from the Delta table, plus the hot tail from the
-brokers); quote names holding ``.`` or ``-`` with backticks. ``--zookeeper`` defaults to the dev
-cluster's (``loglake dev up``); ``--bootstrap-server`` overrides the brokers registered there.
+brokers); quote names holding ``.`` or ``-`` with backticks. ``--zookeeper`` is resolved by
+:mod:`loglake.addresses` (flag, ``$LOGLAKE_ZOOKEEPER``, the profile of ``loglake dev up``);
+``--bootstrap-server`` (flag only: the environment's brokers might belong to another cluster
+than the flag's ZooKeeper) overrides the brokers registered in ZooKeeper.
 
 Output (stdout): ``table`` aligned columns (cells longer than ``--max-width`` are cut with
 ``...``), ``json`` one object per row (JSON Lines), ``csv`` a header line and the rows. Binary
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from loglake import addresses
 from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
@@ -47,12 +50,6 @@ _PYSPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger"
 DEFAULT_MAX_ROWS = 1000
 ZOOKEEPER_TIMEOUT_S = 10.0
 DEFAULT_MAX_WIDTH = 80
-
-
-def _default_zookeeper() -> str:
-    from loglake.dev.cluster import CHROOT, DEFAULT_BASE_PORT
-
-    return f"127.0.0.1:{DEFAULT_BASE_PORT + 1000}{CHROOT}"
 
 
 class SqlError(LoglakeError):
@@ -84,9 +81,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("query", help="the SQL; topics are tables named after them")
-    parser.add_argument("--zookeeper", default=_default_zookeeper(), metavar="HOST:PORT[/CHROOT]",
-                        help="the cluster's ZooKeeper (default: the dev cluster's, "
-                        f"{_default_zookeeper()})")
+    addresses.add_zookeeper_option(parser)
     parser.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT",
                         help="brokers to read the hot tail from (default: those registered "
                         "in ZooKeeper)")
@@ -108,7 +103,8 @@ def run_sql(args: argparse.Namespace) -> int:
     from loglake.streaming.offsets import ClusterView
 
     logging.getLogger("kazoo").addHandler(logging.NullHandler())  # errors are raised instead
-    view = ClusterView.for_cluster(zookeeper=args.zookeeper,
+    zookeeper = addresses.zookeeper(args.zookeeper)
+    view = ClusterView.for_cluster(zookeeper=zookeeper,
                                    bootstrap_servers=args.bootstrap_server,
                                    timeout=ZOOKEEPER_TIMEOUT_S)
     try:  # before starting Spark, so a wrong address fails fast
@@ -122,7 +118,7 @@ def run_sql(args: argparse.Namespace) -> int:
     owned = SparkSession.getActiveSession() is None  # else: a caller's session, left running
     spark = quiet_session(args.master)
     try:
-        register_topics(spark, zookeeper=args.zookeeper, topics=named,
+        register_topics(spark, zookeeper=zookeeper, topics=named,
                         bootstrap_servers=args.bootstrap_server)
         try:
             frame = spark.sql(args.query)

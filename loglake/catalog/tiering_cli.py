@@ -1,4 +1,8 @@
-"""``loglake tiering status [TOPIC] --zookeeper HOST:PORT[/chroot]``: tiering lag per partition.
+"""``loglake tiering status [TOPIC] [--zookeeper HOST:PORT[/chroot]]``: tiering lag per partition.
+
+``--zookeeper`` is resolved by :mod:`loglake.addresses` (flag, ``$LOGLAKE_ZOOKEEPER``, the
+profile of ``loglake dev up``); the catalog is opened as a tool, so nothing is created in
+ZooKeeper, and a chroot without a cluster is one error line naming the chroot to try.
 
 Reads what partition leaders publish in ZooKeeper (``/loglake/tiering/<topic>/<p>``, see
 catalog/zookeeper.py): the table's first offset and tiered end, the local log start, the high
@@ -15,10 +19,9 @@ import argparse
 import time
 from typing import Any
 
-from loglake.catalog.zookeeper import ClusterCatalog
+from loglake import addresses
+from loglake.catalog.zookeeper import ClusterCatalog, NoClusterError
 from loglake.errors import LoglakeError, UnknownTopicError
-
-DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,17 +29,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     commands = tiering.add_subparsers(dest="tiering_command", required=True)
     status = commands.add_parser("status", help="tiering lag per partition")
     status.add_argument("topic", nargs="?", help="one topic (default: all)")
-    status.add_argument("--zookeeper", default=DEFAULT_ZOOKEEPER, metavar="HOST:PORT[/CHROOT]",
-                        help=f"the cluster's ZooKeeper (default {DEFAULT_ZOOKEEPER})")
+    addresses.add_zookeeper_option(status)
     status.set_defaults(handler=tiering_status)
 
 
 def tiering_status(args: argparse.Namespace) -> int:
-    catalog = ClusterCatalog(args.zookeeper, timeout=10.0)
+    zookeeper = addresses.zookeeper(args.zookeeper)
+    catalog = ClusterCatalog(zookeeper, timeout=10.0, mode="tool")
     try:
         catalog.start()
+    except NoClusterError:
+        catalog.stop()
+        raise
     except Exception as exc:
-        raise LoglakeError(f"cannot reach ZooKeeper at {args.zookeeper}: {exc}") from None
+        catalog.stop()
+        raise LoglakeError(f"cannot reach ZooKeeper at {zookeeper}: {exc}") from None
     try:
         storage = catalog.storage()
         names = [args.topic] if args.topic else sorted(catalog.topic_names())

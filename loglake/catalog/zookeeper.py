@@ -10,7 +10,9 @@ Layout (JSON values, as Kafka writes them)::
     /config/topics/<topic>                           {"version":1,"config":{name: value}}
     /admin/delete_topics/<topic>                     marker while a deletion runs
     /controller (ephemeral), /controller_epoch
-    /consumers/<group>/offsets/<topic>/<p>           committed offsets (groups issue)
+    /consumers/<group>/offsets/<topic>/<p>           committed offset, plain decimal (Kafka's
+                                                      form); metadata in offsets_meta/ beside
+                                                      it (catalog/groups.py)
     /loglake/storage                                 {"url", "options"}: where the Delta tables
                                                       live (options without secrets)
     /loglake/tiering/<topic>/<p>                     {"tiered_end","tier_start","lag_offsets",
@@ -54,9 +56,10 @@ import logging
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -76,6 +79,9 @@ from kio.schema.errors import ErrorCode
 from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
 
 log = logging.getLogger(__name__)
+# kazoo warns on stderr when a chroot does not exist; brokers create it first and tools report
+# a missing cluster themselves (ClusterCatalog._require_cluster), in one line
+warnings.filterwarnings("ignore", message="No chroot path exists", category=UserWarning)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -100,6 +106,13 @@ class ZooKeeperUnavailableError(LoglakeError):
 class CatalogClosedError(ZooKeeperUnavailableError):
     """The catalog was stopped (the process is shutting down) while an operation waited for
     ZooKeeper; retrying cannot help."""
+
+
+class NoClusterError(LoglakeError):
+    """ZooKeeper answered, but no loglake cluster lives under the given chroot (a tool's
+    :meth:`ClusterCatalog.start`); the message names the chroot to try when one is found."""
+
+    code = ErrorCode.invalid_request
 
 
 class BrokerIdInUseError(LoglakeError):
@@ -253,6 +266,8 @@ TABLE_CHANGES = "/loglake/table_changes"
 OFFLINE_REPLICAS = "/loglake/offline_replicas"
 """One ephemeral child ``<broker>:<partition>:<topic>`` per replica its broker cannot open
 (``:`` never occurs in a topic name); it goes with the broker's session."""
+CHROOT_SCAN_LIMIT = 100
+"""Top-level znodes a tool looks under for a cluster when its chroot holds none."""
 _SECRET_MARKERS = ("secret", "password", "token", "access_key", "credential")
 
 
@@ -305,12 +320,18 @@ def _dump(value: Any) -> bytes:
 class ClusterCatalog:
     """Typed access to the ZooKeeper layout above.
 
-    ``connect`` is Kafka's ``zookeeper.connect`` string (may end in a chroot, which
-    :meth:`start` creates). Nothing connects before :meth:`start`.
+    ``connect`` is Kafka's ``zookeeper.connect`` string (may end in a chroot). Nothing
+    connects before :meth:`start`. ``mode``: a ``"broker"`` creates the chroot and the
+    top-level znodes at start; a ``"tool"`` creates nothing at start (not even on a wrong
+    chroot) and refuses a chroot holding no cluster (:class:`NoClusterError`); its reads never
+    create znodes, and it writes only through explicit write methods (a clean-up job
+    announcing its commit).
     """
 
-    def __init__(self, connect: str, *, timeout: float = 10.0, session_timeout: float = 18.0):
+    def __init__(self, connect: str, *, timeout: float = 10.0, session_timeout: float = 18.0,
+                 mode: Literal["broker", "tool"] = "broker"):
         self._hosts, self._chroot = split_connect(connect)
+        self.mode = mode
         self.session_timeout = session_timeout
         self.zk = self._client(self._hosts + self._chroot, session_timeout)
         self._start_timeout = timeout
@@ -338,7 +359,13 @@ class ClusterCatalog:
         ZooKeeperUnavailableError. With ``wait`` (brokers): wait as long as ZooKeeper is down,
         logging now and then, until connected; raises CatalogClosedError if :meth:`stop` is
         called or ``stopped()`` turns true meanwhile. Blocking: run it in a worker thread.
+        A tool (``mode="tool"``) only connects and checks that a cluster lives there.
         """
+        if self.mode == "tool":
+            self._connect(self.zk, wait=wait, stopped=stopped)
+            with _typed_errors("looking for the cluster"):
+                self._require_cluster()
+            return
         if self._chroot:
             bootstrap = self._client(self._hosts, self.session_timeout)
             try:
@@ -352,6 +379,41 @@ class ClusterCatalog:
         for path in (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS):
             self._call(wait, "creating the top-level znodes", self.zk.ensure_path, path,
                        stopped=stopped)
+
+    def _require_cluster(self) -> None:
+        """Raise NoClusterError unless ``/cluster/id`` exists or a broker is registered under
+        our chroot (an empty ``/brokers/ids`` may be a stray left by an older tool)."""
+        if self.zk.exists(CLUSTER_ID) is not None:
+            return
+        with contextlib.suppress(NoNodeError):
+            if self.zk.get_children(BROKER_IDS):
+                return
+        here = f"{self._hosts}{self._chroot}"
+        found = self._clusters_near_root()
+        if found:
+            tries = " or ".join(f"{self._hosts}{chroot}" for chroot in found)
+            raise NoClusterError(f"no loglake cluster in ZooKeeper at {here} (nothing under "
+                                 f"the chroot {self._chroot or '/'}); did you mean {tries}?")
+        raise NoClusterError(
+            f"no loglake cluster in ZooKeeper at {here} (no /cluster/id under the chroot "
+            f"{self._chroot or '/'}, nor at the root or one level below it)",
+            hint="give the brokers' zookeeper.connect, chroot included")
+
+    def _clusters_near_root(self) -> list[str]:
+        """Chroots (``""`` for the root) with a ``/cluster/id``: the root and its children
+        (at most CHROOT_SCAN_LIMIT of them). Reads only."""
+        root = self._client(self._hosts, self.session_timeout)
+        try:
+            self._connect(root, wait=False, stopped=_never)
+            found = [""] if root.exists(CLUSTER_ID) is not None else []
+            children = sorted(c for c in root.get_children("/") if c != "zookeeper")
+            for child in children[:CHROOT_SCAN_LIMIT]:
+                if f"/{child}" != self._chroot and root.exists(f"/{child}{CLUSTER_ID}"):
+                    found.append(f"/{child}")
+            return [chroot for chroot in found if chroot != self._chroot]
+        finally:
+            root.stop()
+            root.close()
 
     def _call(self, wait: bool, what: str, func: Callable[..., T], *args: Any,
               stopped: Callable[[], bool]) -> T:
@@ -568,7 +630,11 @@ class ClusterCatalog:
     @_zookeeper_op
     def brokers(self) -> dict[int, BrokerInfo]:
         result = {}
-        for child in self.zk.get_children(BROKER_IDS):
+        try:
+            children = self.zk.get_children(BROKER_IDS)
+        except NoNodeError:  # a tool on a cluster no broker joined yet
+            return {}
+        for child in children:
             try:
                 raw, stat = self.zk.get(f"{BROKER_IDS}/{child}")
             except NoNodeError:
@@ -581,7 +647,10 @@ class ClusterCatalog:
     # ---- topics
     @_zookeeper_op
     def topic_names(self) -> list[str]:
-        return sorted(self.zk.get_children(TOPICS))
+        try:
+            return sorted(self.zk.get_children(TOPICS))
+        except NoNodeError:  # a tool on a cluster no broker joined yet
+            return []
 
     @_zookeeper_op
     def watch_topics(self, callback: Callable[[list[str]], Any]) -> None:

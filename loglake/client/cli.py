@@ -1,9 +1,11 @@
 """Client commands of ``loglake``: ``topics ...``, ``groups ...`` (in ``groups_cli``),
 ``produce``, ``consume`` (like Kafka's tools).
 
-Every command takes ``--bootstrap-server HOST:PORT`` (default ``127.0.0.1:9092``) and
-``--request-timeout-ms`` (default 10000), which bounds each request to the cluster, so an
-unreachable cluster yields one ``loglake: error: ...`` line and exit status 1 instead of a hang.
+Every command takes ``--bootstrap-server HOST:PORT`` (optional: ``$LOGLAKE_BOOTSTRAP_SERVERS``,
+else the cluster of the last ``loglake dev up``, else an error saying so; see
+:mod:`loglake.addresses`) and ``--request-timeout-ms`` (default 10000), which bounds each
+request to the cluster, so an unreachable cluster yields one ``loglake: error: ...`` line and
+exit status 1 instead of a hang.
 Handlers return an exit status; errors are raised as :class:`loglake.errors.LoglakeError` (or
 ``ValueError`` for bad arguments) and printed by ``loglake.cli.main``.
 
@@ -39,6 +41,7 @@ from typing import IO, Any
 
 from kio.schema.errors import ErrorCode
 
+from loglake import addresses
 from loglake.client import groups_cli
 from loglake.client.admin import Admin
 from loglake.client.consumer import Consumer
@@ -47,7 +50,6 @@ from loglake.client.model import ACKS_VALUES, COMPRESSION_VALUES, Record, Record
 from loglake.client.producer import Producer
 from loglake.errors import LoglakeError
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 DEFAULT_IDLE_TIMEOUT_MS = 5_000
 DEFAULT_DELIVERY_TIMEOUT_MS = 30_000
@@ -59,10 +61,7 @@ MAX_REPORTED_FAILURES = 5
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``topics``, ``groups``, ``produce`` and ``consume`` to the ``loglake`` command."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-        help=f"broker to connect to, comma-separated for several (default {DEFAULT_BOOTSTRAP})",
-    )
+    addresses.add_bootstrap_option(common)
     common.add_argument(
         "--request-timeout-ms", type=_positive_int, default=DEFAULT_REQUEST_TIMEOUT_MS,
         metavar="MS", help="give up on a request to the cluster after this long "
@@ -120,8 +119,13 @@ def _register_topics(
     alter.set_defaults(handler=topics_alter_config)
 
 
+def bootstrap(args: argparse.Namespace) -> str:
+    """The brokers to contact: ``--bootstrap-server``, else the environment or profile."""
+    return addresses.bootstrap_servers(args.bootstrap_server)
+
+
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(args.bootstrap_server, timeout=args.request_timeout_ms / 1000)
+    return Admin(bootstrap(args), timeout=args.request_timeout_ms / 1000)
 
 
 def topics_create(args: argparse.Namespace) -> int:
@@ -245,7 +249,7 @@ def produce_command(args: argparse.Namespace) -> int:
         raise ValueError("--key-separator must not be empty")
     headers = [(key, value.encode("utf-8")) for key, value in args.header]
     producer = Producer(
-        args.bootstrap_server,
+        bootstrap(args),
         acks=args.acks,
         compression=args.compression,
         delivery_timeout_ms=args.delivery_timeout_ms,
@@ -362,7 +366,7 @@ def consume_command(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     count = 0
     with Consumer(
-        args.bootstrap_server,
+        bootstrap(args),
         request_timeout_s=args.request_timeout_ms / 1000,
         fetch_max_wait_ms=100,
     ) as consumer:
@@ -393,7 +397,7 @@ def _consume_group(args: argparse.Namespace) -> int:
     count = 0
     assigned_at: list[float] = []
     with Consumer(
-        args.bootstrap_server,
+        bootstrap(args),
         group_id=args.group,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
         session_timeout_ms=GROUP_SESSION_TIMEOUT_MS,

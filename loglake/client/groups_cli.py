@@ -29,6 +29,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from loglake import addresses
 from loglake.client.admin import Admin
 from loglake.client.errors import BrokerError
 from loglake.client.model import GroupDescription, TopicPartitionKey
@@ -82,7 +83,8 @@ def register(
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(args.bootstrap_server, timeout=args.request_timeout_ms / 1000)
+    return Admin(addresses.bootstrap_servers(args.bootstrap_server),
+                 timeout=args.request_timeout_ms / 1000)
 
 
 def groups_list(args: argparse.Namespace) -> int:

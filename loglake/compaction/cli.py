@@ -1,6 +1,8 @@
 """``loglake retention|compact|optimize|vacuum|jobs run``: the clean-up jobs of the tiered tables.
 
-Each takes ``--zookeeper`` (where the brokers published the tier storage and topic configs),
+Each takes ``--zookeeper`` (where the brokers published the tier storage and topic configs;
+optional, resolved by :mod:`loglake.addresses`: flag, ``$LOGLAKE_ZOOKEEPER``, the profile of
+``loglake dev up``),
 ``--topic`` (default: every topic), ``--dry-run`` (print the plan, change nothing) and
 ``--storage-option key=value`` (secrets the brokers never publish); each prints one line per
 partition. ``compact`` (and ``jobs run`` when a partition is due) starts Spark: ``--master``
@@ -21,7 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from loglake.compaction.common import DEFAULT_ZOOKEEPER, Cluster, Progress
+from loglake import addresses
+from loglake.compaction.common import Cluster, Progress
 from loglake.compaction.compact import run_compaction
 from loglake.compaction.optimize import SMALL_BYTES, TARGET_BYTES, run_optimize
 from loglake.compaction.retention import run_retention
@@ -45,9 +48,7 @@ def parse_duration(text: str) -> float:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def common(parser: argparse.ArgumentParser, *, spark: bool = False) -> None:
-        parser.add_argument("--zookeeper", default=DEFAULT_ZOOKEEPER,
-                            metavar="HOST:PORT[/CHROOT]",
-                            help=f"the cluster's ZooKeeper (default {DEFAULT_ZOOKEEPER})")
+        addresses.add_zookeeper_option(parser)
         parser.add_argument("--topic", help="one topic (default: every topic)")
         parser.add_argument("--dry-run", action="store_true",
                             help="print what would be done; change nothing")
@@ -100,7 +101,8 @@ def _grace(parser: argparse.ArgumentParser) -> None:
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
-    return Cluster(args.zookeeper, storage_options=parse_storage_options(args.storage_option))
+    return Cluster(addresses.zookeeper(args.zookeeper),
+                   storage_options=parse_storage_options(args.storage_option))
 
 
 def spark_factory(master: str | None) -> Callable[[], SparkSession]:

@@ -35,7 +35,7 @@ from deltalake import CommitProperties, PostCommitHookProperties, Transaction
 from deltalake._internal import RemoveAction
 from deltalake.transaction import AddAction
 
-from loglake.catalog.zookeeper import ClusterCatalog
+from loglake.catalog.zookeeper import ClusterCatalog, NoClusterError
 from loglake.config import TopicConfig
 from loglake.errors import LoglakeError, UnknownTopicError
 from loglake.faults import crash_point
@@ -43,7 +43,6 @@ from loglake.segments.storage import Storage
 from loglake.segments.tier_rows import PARTITION_COLUMN, TABLE_SCHEMA
 from loglake.segments.tiered_table import PendingFile, TieredTable, TierFile
 
-DEFAULT_ZOOKEEPER = "127.0.0.1:2181"
 COMMIT_ATTEMPTS = 5
 """Plans per table or partition before a job gives up on it until its next run."""
 
@@ -63,10 +62,14 @@ class Cluster:
 
     def __init__(self, zookeeper: str, *, storage_options: Mapping[str, str] | None = None):
         self.zookeeper = zookeeper
-        self.catalog = ClusterCatalog(zookeeper, timeout=10.0)
+        self.catalog = ClusterCatalog(zookeeper, timeout=10.0, mode="tool")  # creates nothing
         try:
             self.catalog.start()
+        except NoClusterError:
+            self.catalog.stop()
+            raise
         except Exception as exc:
+            self.catalog.stop()
             raise LoglakeError(f"cannot reach ZooKeeper at {zookeeper}: {exc}",
                                hint="pass --zookeeper HOST:PORT/CHROOT") from None
         published = self.catalog.storage()

@@ -1,5 +1,10 @@
 """``loglake dev``: run a local dev cluster (ZooKeeper + brokers) from the command line.
 
+``dev up`` prints the addresses every tool takes (``bootstrap.servers=...``,
+``zookeeper=HOST:PORT/loglake``) and makes its cluster the current profile
+(:mod:`loglake.addresses`), so later commands need no ``--zookeeper`` / ``--bootstrap-server``;
+``dev down`` removes the profile while it names the cluster it stopped.
+
 Wiring: the main parser calls :func:`register` with its subparsers; every leaf parser sets
 ``handler`` (``args.handler(args) -> int``, the exit code). Handlers print results to stdout and
 errors as one line ``loglake: error: ...`` to stderr, returning 1.
@@ -12,6 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from loglake import addresses
 from loglake.dev import cluster
 from loglake.dev.errors import DevError
 
@@ -136,6 +142,10 @@ def _up(args: argparse.Namespace) -> int:
                       broker_overrides=_overrides(args), timeout=args.timeout)
     for line in info.summary_lines():
         print(line)
+    path = addresses.write_profile(addresses.Profile(
+        info.zookeeper_connect, info.bootstrap_servers, str(info.data_dir)))
+    print(f"loglake: commands without --zookeeper/--bootstrap-server now use this cluster "
+          f"({path})", file=sys.stderr)
     return 0
 
 
@@ -146,12 +156,15 @@ def _status(args: argparse.Namespace) -> int:
     for row in rows:
         print(f"{row.role:<10} {row.id:>3} {row.pid:>8} {row.port:>6}  "
               f"{'paused' if row.paused else 'running' if row.alive else 'stopped'}")
+    for line in cluster.info(args.data).summary_lines():
+        print(line)
     return 0
 
 
 @_guarded
 def _down(args: argparse.Namespace) -> int:
     cluster.down(args.data, timeout=args.timeout)
+    addresses.clear_profile(args.data)
     return 0
 
 

@@ -99,9 +99,10 @@ class ClusterInfo:
         return self.zookeeper_hosts + self.chroot
 
     def summary_lines(self) -> list[str]:
-        """What ``loglake dev up`` prints."""
+        """What ``loglake dev up`` and ``dev status`` print: the addresses tools take (the
+        ZooKeeper connect string with the brokers' chroot, as ``--zookeeper`` needs it)."""
         return [f"bootstrap.servers={self.bootstrap_servers}",
-                f"zookeeper={self.zookeeper_hosts}"]
+                f"zookeeper={self.zookeeper_connect}"]
 
 
 # -- state file ---------------------------------------------------------------------------------

@@ -109,12 +109,17 @@ class ClusterView:
 
             catalog: ClusterCatalog | None = None
             try:
-                catalog = ClusterCatalog(self.options.zookeeper, timeout=self.timeout)
+                catalog = ClusterCatalog(self.options.zookeeper, timeout=self.timeout,
+                                         mode="tool")  # reads only: creates no znode
                 catalog.start()
             except Exception as exc:
+                from loglake.catalog.zookeeper import NoClusterError
+
                 if catalog is not None:
                     with contextlib.suppress(Exception):
                         catalog.stop()
+                if isinstance(exc, NoClusterError):  # names the chroot to try: as it is
+                    raise
                 raise SourceOptionError(
                     f"cannot reach ZooKeeper at {self.options.zookeeper!r}: {exc}",
                     hint="check the ZooKeeper address (host:port[/chroot])",
