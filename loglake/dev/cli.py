@@ -142,8 +142,13 @@ def _up(args: argparse.Namespace) -> int:
                       broker_overrides=_overrides(args), timeout=args.timeout)
     for line in info.summary_lines():
         print(line)
-    path = addresses.write_profile(addresses.Profile(
-        info.zookeeper_connect, info.bootstrap_servers, str(info.data_dir)))
+    try:
+        path = addresses.write_profile(addresses.Profile(
+            info.zookeeper_connect, info.bootstrap_servers, str(info.data_dir)))
+    except OSError as exc:  # the cluster runs; only the convenience is missing
+        print(f"loglake: warning: could not record this cluster as the current profile "
+              f"({exc}); pass the addresses above to commands", file=sys.stderr)
+        return 0
     print(f"loglake: commands without --zookeeper/--bootstrap-server now use this cluster "
           f"({path})", file=sys.stderr)
     return 0
