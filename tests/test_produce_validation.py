@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from loglake.config import TopicConfig
+from loglake.config import BrokerConfig, TopicConfig
 from loglake.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -139,6 +139,19 @@ def _both_paths(batch: bytes, config: TopicConfig | None = None,
     return outcomes[0], outcomes[1]
 
 
+def _vector_accepts(batch: bytes, now: int = NOW + 1000) -> bool:
+    """The vectorised path decides on its own (no hand-over to the loop)."""
+    header = parse_batches(batch)[0]
+    data: bytes | bytearray = batch
+    start, end = HEADER_SIZE, len(batch)
+    if header.compression:
+        data = validation._decompress(header.compression, memoryview(batch)[HEADER_SIZE:],
+                                      1 << 30, "")
+        start, end = 0, len(data)
+    return validation._vector_check(data, start, end, header.record_count,
+                                    header.base_timestamp, _rules(now=now)) is not None
+
+
 # (name, bad batch, error class, expected record index or None) for the record-structure
 # classes; each is refused by both paths with the same answer
 MALFORMED: list[tuple[str, bytes, type[LoglakeError], int | None]] = [
@@ -189,6 +202,7 @@ def test_valid_batches_pass_both_paths(codec, n):
     batch = _batch(n, compression=codec, keys=n % 2 == 0, headers=n == 100)
     python, vector = _both_paths(batch)
     assert python == vector == NOW + n - 1
+    assert _vector_accepts(batch)
 
 
 @pytest.mark.parametrize(("name", "batch", "error", "index"), MALFORMED,
@@ -536,3 +550,62 @@ def test_snappy_xerial_and_bounded_decompression_helpers():
         validation._decompress(2, memoryview(framed), len(data) - 1, "")
     raw = bytes(cramjam.snappy.compress_raw(data))  # librdkafka's raw blocks
     assert bytes(validation._decompress(2, memoryview(raw), len(data), "")) == data
+
+
+def test_timestamp_limits_from_broker_properties():
+    broker = BrokerConfig.from_properties({
+        "broker.id": "1", "zookeeper.connect": "127.0.0.1:2181",
+        "log.message.timestamp.difference.max.ms": "60000",
+        "log.message.timestamp.after.max.ms": "1000"})
+    config = broker.topic_config()
+    assert (config.timestamp_before_max_ms, config.timestamp_after_max_ms) == (60000, 1000)
+    topic = broker.topic_config({"message.timestamp.before.max.ms": "5"})
+    assert (topic.timestamp_before_max_ms, topic.timestamp_after_max_ms) == (5, 1000)
+
+
+def test_records_validated_before_the_idempotence_check(cluster, topic_name):
+    """Kafka's order: a malformed batch of an idempotent producer is INVALID_RECORD even when
+    its sequence is a duplicate or a gap, and leaves the producer's state alone."""
+    create_topic(cluster.bootstrap_servers, topic_name)
+    with WireClient.connect(cluster.bootstrap_servers) as client:
+        init = client.request(22, 4, {"transactional_id": None, "transaction_timeout": 60000,
+                                      "producer_id": -1, "producer_epoch": -1})
+        pid, epoch = init.producer_id, init.producer_epoch
+
+        def batch(seq: int, *, malformed: bool = False) -> bytes:
+            records = _records(2)
+            if malformed:
+                records[1] = Record(offset=2, timestamp=NOW, key=None, value=b"gap")
+            return encode_batch(records, base_offset=0, last_offset_delta=1, producer_id=pid,
+                                producer_epoch=epoch, base_sequence=seq)
+
+        assert _produce_raw(client, topic_name, batch(0)).error_code == ErrorCode.none
+        for seq in (0, 7):  # a duplicate's sequence, then a gap
+            result = _produce_raw(client, topic_name, batch(seq, malformed=True))
+            assert result.error_code == ErrorCode.invalid_record
+        good = _produce_raw(client, topic_name, batch(2))
+        assert (good.error_code, good.base_offset) == (ErrorCode.none, 2)
+        assert _latest_offset(client, topic_name) == 4
+
+
+def test_vector_path_works_in_chunks(monkeypatch):
+    monkeypatch.setattr(validation, "VECTOR_CHUNK_RECORDS", 300)
+    batch = _batch(1000, keys=True)
+    assert _both_paths(batch) == (NOW + 999, NOW + 999)
+    records = _records(1000)
+    records[650] = Record(offset=651, timestamp=NOW, key=None, value=records[650].value)
+    bad_batch = encode_batch(records, base_offset=0, last_offset_delta=999)
+    python, vector = _both_paths(bad_batch)
+    assert python == vector and python[1][0][0] == 650
+
+
+@pytest.mark.parametrize(("n", "step"), [(1000, 100), (1000, -50), (9000, 1), (600, 40_000)])
+def test_vector_path_reads_three_byte_and_longer_varints(n, step):
+    """Offset deltas past 8191 and timestamp deltas of seconds take three bytes (and minutes
+    four): both paths read them alike."""
+    records = [Record(offset=i, timestamp=NOW + i * step, key=None, value=b"v%d" % i)
+               for i in range(n)]
+    batch = encode_batch(records)
+    expected = max(r.timestamp for r in records)
+    assert _both_paths(batch, now=NOW) == (expected, expected)
+    assert _vector_accepts(batch, now=NOW)

@@ -180,9 +180,12 @@ class Partition:
 
     # ------------------------------------------------------------------ leader: append
     def append(self, records: bytes) -> AppendOutcome:
-        """Append a producer's batches as leader (idempotence checked); wakes fetchers."""
+        """Append a producer's batches as leader; wakes fetchers. As in Kafka, every record is
+        validated (PartitionLog.validate) before the idempotence check, and nothing refused
+        is appended."""
         self.require_leader()
         headers = parse_batches(records)
+        validated = self.log.validate(records, headers)
         duplicates = [self.producers.check_batch(h) for h in headers]
         if any(d is not None for d in duplicates):
             if all(d is not None for d in duplicates):
@@ -193,7 +196,8 @@ class Partition:
             raise OutOfOrderSequenceError(
                 "Request mixes duplicate and new batches of an idempotent producer."
             )
-        result = self.log.append(records, leader_epoch=self.leader_epoch, headers=headers)
+        result = self.log.append(records, leader_epoch=self.leader_epoch, headers=headers,
+                                 validated=validated)
         for header in result.batches:
             self.producers.record_batch(header)
         self._maybe_advance_hw()

@@ -332,32 +332,18 @@ class PartitionLog:
 
     # ----------------------------------------------------------------------------- append
 
-    def append(
-        self,
-        records: bytes,
-        *,
-        leader_epoch: int = 0,
-        headers: list[BatchHeader] | None = None,
-    ) -> AppendResult:
-        """Append a produce request's batches as leader; see the module docstring.
-
-        Validation of every batch happens before anything is written: CRC and framing
-        (CorruptRecordError), magic/count/lastOffsetDelta (InvalidRecordError), size against
-        max.message.bytes (MessageTooLargeError) and segment.bytes (RecordListTooLargeError),
-        then every record (validation.validate_batch: structure, keys of compacted topics,
-        CreateTime timestamps against message.timestamp.before/after.max.ms). For CreateTime
-        a batch's maxTimestamp is set to its largest record timestamp (CRC recomputed) when
-        the producer wrote another value, as Kafka's LogValidator does.
-        ``headers`` may pass the result of ``parse_batches(records)`` when the caller already
-        ran it (saves a second CRC pass); it must describe exactly these bytes.
-        """
+    def validate(self, records: bytes, headers: list[BatchHeader]) -> list[int]:
+        """Every check :meth:`append` makes before writing, for batches that passed
+        ``parse_batches(records)`` (CRC and framing: CorruptRecordError; magic, count and
+        lastOffsetDelta: InvalidRecordError): size against max.message.bytes
+        (MessageTooLargeError) and segment.bytes (RecordListTooLargeError), then every record
+        (validation.validate_batch: structure, keys on compacted topics, CreateTime timestamps
+        against message.timestamp.before/after.max.ms, ...). Returns each batch's largest
+        record timestamp. Writes nothing."""
         self._check_open()
-        if headers is None:
-            headers = parse_batches(records, strict=True)
-        elif not headers:
+        if not headers:
             raise InvalidRecordError("produce request carries no record batch")
         config = self.config
-        now_ms = self._now_ms()
         for header in headers:
             if header.size > config.max_message_bytes:
                 raise MessageTooLargeError(
@@ -371,10 +357,35 @@ class PartitionLog:
                     f"{config.segment_bytes} of {self.directory.name}",
                     hint="raise segment.bytes for the topic or send smaller batches",
                 )
-        log_append = config.message_timestamp_type == "LogAppendTime"
-        record_max_timestamps = validation.validate_batches(
-            records, headers, validation.RecordRules.for_topic(config, now_ms, self.directory.name)
+        rules = validation.RecordRules.for_topic(config, self._now_ms(), self.directory.name)
+        return validation.validate_batches(records, headers, rules)
+
+    def append(
+        self,
+        records: bytes,
+        *,
+        leader_epoch: int = 0,
+        headers: list[BatchHeader] | None = None,
+        validated: list[int] | None = None,
+    ) -> AppendResult:
+        """Append a produce request's batches as leader; see the module docstring.
+
+        Nothing is written unless every batch passes :meth:`validate` (run here unless the
+        caller passes its result as ``validated``). For CreateTime a batch's maxTimestamp is
+        set to its largest record timestamp (CRC recomputed) when the producer wrote another
+        value, as Kafka's LogValidator does.
+        ``headers`` may pass the result of ``parse_batches(records)`` when the caller already
+        ran it (saves a second CRC pass); it must describe exactly these bytes.
+        """
+        self._check_open()
+        if headers is None:
+            headers = parse_batches(records, strict=True)
+        record_max_timestamps = (
+            self.validate(records, headers) if validated is None else validated
         )
+        config = self.config
+        now_ms = self._now_ms()
+        log_append = config.message_timestamp_type == "LogAppendTime"
 
         buf = bytearray(records)
         base_offset = self._next_offset

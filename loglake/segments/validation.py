@@ -117,6 +117,9 @@ MAX_DECOMPRESSION_RATIO = 16
 VECTOR_MIN_RECORDS = 512
 """Batches with at least this many records are checked with pyarrow kernels (measured
 crossover with the per-record loop on the produce path; see BENCHMARKS.md)."""
+VECTOR_CHUNK_RECORDS = 65536
+"""The vectorised path works through a batch this many records at a time (bounds the memory of
+its intermediate arrays: a batch decompressed to the limit may hold millions of records)."""
 MAX_VECTOR_HEADERS = 32
 """Records with more headers than this are checked by the per-record loop."""
 ZSTD_MIN_PRODUCE_VERSION = 7
@@ -246,7 +249,9 @@ def validate_batch(buf: Buffer, header: BatchHeader, rules: RecordRules) -> int:
         message = "Producer should not set timestamp type to LogAppendTime."
         raise InvalidTimestampError(
             f"One or more records have been rejected due to invalid timestamp: {message}",
-            record_errors=tuple((i, message) for i in range(count)),
+            # every record is named (the count is capped by what the batch can hold)
+            record_errors=tuple((i, message) for i in range(
+                min(count, header.size // (_MIN_RECORD_LENGTH + 1)))),
         )
     start = header.position + HEADER_SIZE
     end = header.position + header.size
@@ -644,20 +649,24 @@ _STEPS = [
 reaches: prefix + length; far past any end when the length is below the minimum."""
 
 
-def _pair_tables() -> tuple[pa.Array, pa.Array]:
-    """Value and size of the varint whose first two bytes are ``b, c``, at ``b | c << 8``:
-    one byte (b < 0x80), two bytes (c < 0x80), or size 0 for a longer one."""
-    values, sizes = [0] * 0x10000, [0] * 0x10000
+def _pair_tables() -> tuple[pa.Array, pa.Array, pa.Array]:
+    """For the varint whose first two bytes are ``b, c``, at index ``b | c << 8``: its value
+    and size (one byte if b < 0x80, two if c < 0x80, else size 0: longer), and the raw
+    (not zig-zag decoded) low bits those bytes carry."""
+    values, sizes, raws = [0] * 0x10000, [0] * 0x10000, [0] * 0x10000
     for pair in range(0x10000):
         b, c = pair & 0xFF, pair >> 8
         if b < 0x80:
-            values[pair], sizes[pair] = _SHORT_VALUES[b], 1
+            values[pair], sizes[pair], raws[pair] = _SHORT_VALUES[b], 1, b
         elif c < 0x80:
             values[pair], sizes[pair] = _SHORT_VALUES[b + (c << 7)], 2
-    return pa.array(values, I64), pa.array(sizes, I64)
+            raws[pair] = (b & 0x7F) | c << 7
+        else:
+            raws[pair] = (b & 0x7F) | (c & 0x7F) << 7
+    return pa.array(values, I64), pa.array(sizes, I64), pa.array(raws, I64)
 
 
-_PAIR_VALUES, _PAIR_SIZES = _pair_tables()
+_PAIR_VALUES, _PAIR_SIZES, _PAIR_RAW = _pair_tables()
 _arange_cache: list[pa.Array] = [pa.array([], I64)]
 
 
@@ -717,8 +726,22 @@ class _Columns:
         pair = pc.add(first, pc.multiply(second, 256))  # both bytes, as in _PAIR_*
         sizes = _PAIR_SIZES.take(pair)
         if pc.min(sizes).as_py() == 0:
-            return self._long(positions, max_bytes)
+            return self._three(positions, pair, sizes, max_bytes)
         return _PAIR_VALUES.take(pair), pc.add(positions, sizes)
+
+    def _three(self, positions: pa.Array, pair: pa.Array, sizes: pa.Array,
+               max_bytes: int) -> tuple[pa.Array, pa.Array]:
+        """Varints of one to three bytes (values below 2**20 in magnitude: offset deltas of
+        big batches, timestamp deltas of seconds); longer ones go to :meth:`_long`."""
+        third = self.bytes.take(pc.min_element_wise(pc.add(positions, 2), self.last))
+        three = pc.equal(sizes, 0)
+        if pc.any(pc.and_(three, pc.greater_equal(third, 0x80))).as_py():
+            return self._long(positions, max_bytes)
+        three_bits = three.cast(I64)
+        raw = pc.add(_PAIR_RAW.take(pair),
+                     pc.multiply(pc.shift_left(third.cast(I64), 14), three_bits))
+        values = pc.bit_wise_xor(pc.shift_right(raw, 1), pc.negate(pc.bit_wise_and(raw, 1)))
+        return values, pc.add(positions, pc.add(sizes, pc.multiply(three_bits, 3)))
 
     def _long(self, positions: pa.Array, max_bytes: int) -> tuple[pa.Array, pa.Array]:
         u64 = pa.uint64()
@@ -764,11 +787,27 @@ def _vector_rules(data: Buffer, pos: int, end: int, count: int, base_timestamp: 
     bounds = pa.Array.from_buffers(I64, count + 1, [None, pa.py_buffer(_walk(data, pos, end,
                                                                             count))])
     columns = _Columns(data)
+    highest = NO_TIMESTAMP
+    for first in range(0, count, VECTOR_CHUNK_RECORDS):
+        size = min(VECTOR_CHUNK_RECORDS, count - first)
+        chunk_max = _vector_chunk(columns, bounds.slice(first, size + 1), first,
+                                  base_timestamp, rules)
+        highest = max(highest, chunk_max)
+    return highest
+
+
+def _vector_chunk(columns: _Columns, bounds: pa.Array, first: int, base_timestamp: int,
+                  rules: RecordRules) -> int:
+    """Rules 11-17 for the records ``first, first + 1, ...`` whose starts (and then the
+    end of the last) are ``bounds``; the largest timestamp."""
+    count = len(bounds) - 1
     starts, record_end = bounds.slice(0, count), bounds.slice(1)
     prefix = columns.bytes.take(starts)  # first length byte: one- or two-byte prefixes only
     body = pc.add(starts, pc.add(pc.greater_equal(prefix, 0x80).cast(I64), 1))
     delta, at = columns.varints(pc.add(body, 1), 10)  # after the attributes byte
     offset_delta, at = columns.varints(at, 5)
+    if first:
+        offset_delta = pc.subtract(offset_delta, first)
     if not pc.all(pc.equal(offset_delta, _arange(count))).as_py():
         raise _Reject
     key_length, at = columns.varints(at, 5)
