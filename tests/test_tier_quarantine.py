@@ -260,7 +260,7 @@ def test_huge_unframed_ranges_keep_a_bounded_prefix(monkeypatch: pytest.MonkeyPa
     assert MAX_RAW_BYTES >= 1 << 20, "at least a whole default-sized batch"
 
 
-_DAMAGE = ["crc", "length", "base", "junk", "copy", "magic"]
+_DAMAGE = ["crc", "record", "length", "base", "junk", "copy", "magic"]
 
 
 @settings(max_examples=int(os.environ.get("LOGLAKE_QUARANTINE_EXAMPLES", "120")), deadline=None,
@@ -273,8 +273,9 @@ _DAMAGE = ["crc", "length", "base", "junk", "copy", "magic"]
 def test_damage_never_costs_an_intact_batch(shape: list[tuple[int, Compression]],
                                             damage: list[tuple[int, str, int]],
                                             start: int) -> None:
-    """Whatever is damaged (a CRC-covered byte, a length, a base offset or magic outside the
-    CRC, junk or stray copies between batches; damage far enough apart that the intact
+    """Whatever is damaged (a CRC-covered byte, a record byte under a recomputed CRC, a
+    length, a base offset or magic outside the CRC, junk or stray copies between batches;
+    damage far enough apart that the intact
     neighbours tell which offsets are right): no exception; offsets unique, in order, in
     range; every batch whose bytes are intact comes out exactly; the rows re-encode."""
     pieces: list[bytes] = []
@@ -300,9 +301,11 @@ def test_damage_never_costs_an_intact_batch(shape: list[tuple[int, Compression]]
             intact = {i if i <= index else i + 1 for i in intact}
             continue
         data = bytearray(pieces[index])
-        if kind == "crc":
-            at = 21 + salt % (len(data) - 21)
+        if kind in ("crc", "record"):
+            at = (21 if kind == "crc" else batch.HEADER_SIZE) + salt % (len(data) - 61)
             data[at] ^= 1 + salt % 255
+            if kind == "record":  # damage the CRC protects against no more
+                recrc(data)
         elif kind == "length":
             data[8:12] = ((salt % 400) - 100 + len(data)).to_bytes(4, "big", signed=True)
         elif kind == "base":
@@ -367,6 +370,44 @@ def test_quarantined_rows_in_the_table(table: TieredTable, tmp_path: Path) -> No
     plain = DeltaTable(table.uri).to_pyarrow_table()
     row = plain.filter(pc.is_valid(plain.column(DECODE_ERROR))).to_pylist()[0]
     assert row["is_control"] and row["value"] == bad and row["offset"] == 20
+
+
+def _quarantined_table(table: TieredTable, tmp_path: Path) -> None:
+    path, _bad = _poisoned_segment(tmp_path / "seg")
+    written = write_segment_file(table.storage, table.topic, 0, path, 0, 50)
+    assert written.pending is not None
+    assert table.commit(0, [written.pending], 49, expected_end=None)
+    table.files(0, refresh=True)
+
+
+def test_format_loglake_tier_ranges_skip_quarantined_rows(table: TieredTable,
+                                                         tmp_path: Path) -> None:
+    """The tier side of ``format("loglake")`` (a Spark task's read of a table range)."""
+    from loglake.streaming.options import parse_options
+    from loglake.streaming.ranges import OffsetRange, ReadContext, read_range
+
+    _quarantined_table(table, tmp_path)
+    options = parse_options({"zookeeper": "127.0.0.1:1", "subscribe": table.topic,
+                             "includeHeaders": "true"}, "batch")
+    piece = OffsetRange(table.topic, 0, 0, 50, tuple(f.uri for f in table.files(0)), True)
+    rows = pa.Table.from_batches(list(read_range(piece, ReadContext("", table.storage,
+                                                                    options))))
+    assert rows.column("offset").to_pylist() == [*range(20), *range(25, 50)]
+    assert b"value-20" not in rows.column("value").to_pylist()
+
+
+def test_spark_view_tier_side_skips_quarantined_rows(spark: Any, table: TieredTable,
+                                                     tmp_path: Path) -> None:
+    """The tier side of a Spark view (native Parquet scan of the snapshot's files)."""
+    from loglake.catalog.spark import _tier_frame
+    from loglake.streaming.offsets import TierSnapshot
+
+    _quarantined_table(table, tmp_path)
+    snapshot = TierSnapshot(table.topic, table.uri, table.table().version(), {0: 50},
+                            {0: tuple(table.files(0))})
+    frame = _tier_frame(spark, table.storage, snapshot, include_headers=True)
+    offsets = [row.offset for row in frame.orderBy("offset").select("offset").collect()]
+    assert offsets == [*range(20), *range(25, 50)]
 
 
 def test_a_range_with_no_row_still_moves_the_tiered_end(table: TieredTable,

@@ -165,19 +165,10 @@ def decode_records(buf: bytes, batches: Sequence[BatchFields],
     view = memoryview(buf)
     failure: LoglakeError | None = None
     for fields in batches:
-        pos = fields[POSITION] + HEADER_SIZE
-        end = fields[POSITION] + LOG_OVERHEAD + fields[BATCH_LENGTH]
         count = fields[RECORD_COUNT]
         codec = fields[ATTRIBUTES] & COMPRESSION_MASK
-        data: bytes = buf
         try:
-            if codec:
-                data = decompress(codec, view[pos:end])
-                pos, end = 0, len(data)
-            _walk(data, pos, end, count, fields[BASE_OFFSET], starts)
-        except (IndexError, ValueError) as exc:
-            failure = CorruptRecordError(
-                f"malformed record in batch at base offset {fields[BASE_OFFSET]}: {exc}")
+            data, pos, end = _walk_batch(buf, view, fields, starts)
         except LoglakeError as exc:
             failure = exc
         if failure is not None:  # the batches before this one are decoded (and fail) first
@@ -201,6 +192,44 @@ def decode_records(buf: bytes, batches: Sequence[BatchFields],
     if error is not None:
         raise error
     return decoded
+
+
+def _walk_batch(buf: bytes, view: memoryview, fields: BatchFields,
+                starts: array[int]) -> tuple[bytes, int, int]:
+    """Append where each record of one batch starts (its records section decompressed first);
+    returns that section as ``(data, start, end)``. Raises what decode_records raises for the
+    batch's record framing (CorruptRecordError, or InvalidRecordError for an unknown codec)."""
+    pos = fields[POSITION] + HEADER_SIZE
+    end = fields[POSITION] + LOG_OVERHEAD + fields[BATCH_LENGTH]
+    codec = fields[ATTRIBUTES] & COMPRESSION_MASK
+    data: bytes = buf
+    try:
+        if codec:
+            data = decompress(codec, view[pos:end])
+            pos, end = 0, len(data)
+        _walk(data, pos, end, fields[RECORD_COUNT], fields[BASE_OFFSET], starts)
+    except (IndexError, ValueError) as exc:
+        raise CorruptRecordError(
+            f"malformed record in batch at base offset {fields[BASE_OFFSET]}: {exc}") from None
+    return data, pos, end
+
+
+def unframed_records(buf: bytes, batches: Sequence[BatchFields]
+                     ) -> list[tuple[int, LoglakeError]]:
+    """``(index in batches, error)`` of every batch whose records section does not decompress
+    or does not hold exactly its record count of length-prefixed records: the record-framing
+    half of :func:`decode_records`, batch by batch, for callers that must find every bad
+    batch (not just the first) in one pass. The fields of the records are not decoded."""
+    view = memoryview(buf)
+    scratch = array("q")
+    failures: list[tuple[int, LoglakeError]] = []
+    for index, fields in enumerate(batches):
+        try:
+            _walk_batch(buf, view, fields, scratch)
+        except LoglakeError as exc:
+            failures.append((index, exc))
+        del scratch[:]
+    return failures
 
 
 def _walk(data: bytes, pos: int, end: int, record_count: int, base_offset: int,

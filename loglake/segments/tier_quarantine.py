@@ -28,8 +28,11 @@ Steps:
    fails ends at its declared length when bytes frame there, else (its length may be what is
    damaged) where the next good batch starts.
 2. decoding: the good batches in range are decoded together (tier_rows.rows_of_batches, the
-   vectorised path); when that fails, the set is bisected until each failing batch is alone
-   (k bad batches among n cost about k * log2(n) extra decodes of shrinking sets).
+   vectorised path). When that fails, one pass over the batches finds every batch whose
+   records do not frame (malformed length prefixes, wrong record count, undecodable
+   compression: tier_codec.unframed_records); the rest is decoded again and, if that still
+   fails (a bad field inside a record), bisected until each failing batch is alone (k such
+   batches among n cost about k * log2(n) extra decodes of shrinking sets).
 3. plausibility: a batch whose records' offsets fall outside its own range or do not increase
    is bad (its rows would duplicate or misplace offsets in the table).
 4. offsets: each run of bad pieces stands for the offsets between the good batches around it
@@ -84,6 +87,7 @@ from loglake.segments.tier_codec import (
     PRODUCER_ID,
     RECORD_COUNT,
     BatchFields,
+    unframed_records,
 )
 from loglake.segments.tier_rows import (
     FILE_SCHEMA,
@@ -378,17 +382,39 @@ def _keep_ordered(pieces: list[_Piece], lower: int, upper: int | None) -> None:
 def _decode(buf: bytes, batches: Sequence[BatchFields], start: int, end: int | None
             ) -> tuple[list[pa.Table], list[tuple[int, str]]]:
     """Step 2: rows of the batches that decode, and ``(position, error)`` of those that do
-    not (bisection)."""
+    not. When the whole set fails, one pass finds every batch whose records do not frame
+    (tier_codec.unframed_records: the usual poison), then bisection the rest."""
     if not batches:
         return [], []
     try:
         return [rows_of_batches(buf, batches, start_offset=start, end_offset=end)], []
-    except _DECODE_FAILURES as exc:
-        if len(batches) == 1:
-            return [], [(batches[0][POSITION], f"{type(exc).__name__}: {exc}")]
+    except _DECODE_FAILURES:
+        pass
+    unframed = dict(unframed_records(buf, batches))
+    failures = [(batches[index][POSITION], f"{type(exc).__name__}: {exc}")
+                for index, exc in unframed.items()]
+    rest = [fields for index, fields in enumerate(batches) if index not in unframed]
+    tables, more = _bisect(buf, rest, start, end, known_bad=not unframed)
+    return tables, failures + more
+
+
+def _bisect(buf: bytes, batches: Sequence[BatchFields], start: int, end: int | None, *,
+            known_bad: bool = False) -> tuple[list[pa.Table], list[tuple[int, str]]]:
+    """Rows of the batches that decode and the failures of the others, by halving the set
+    until each failing batch is alone (``known_bad``: the set is known to fail)."""
+    if not batches:
+        return [], []
+    if not known_bad:
+        try:
+            return [rows_of_batches(buf, batches, start_offset=start, end_offset=end)], []
+        except _DECODE_FAILURES as exc:
+            if len(batches) == 1:
+                return [], [(batches[0][POSITION], f"{type(exc).__name__}: {exc}")]
+    elif len(batches) == 1:
+        return _bisect(buf, batches, start, end)
     middle = len(batches) // 2
-    tables, failures = _decode(buf, batches[:middle], start, end)
-    more_tables, more_failures = _decode(buf, batches[middle:], start, end)
+    tables, failures = _bisect(buf, batches[:middle], start, end)
+    more_tables, more_failures = _bisect(buf, batches[middle:], start, end)
     return tables + more_tables, failures + more_failures
 
 
