@@ -13,6 +13,10 @@ same bytes, but column-wise and without :class:`~loglake.segments.records.Record
   per 14 bits) and the concatenation of the record fields; the caller slices each batch's
   records section out of the resulting buffer.
 
+:func:`unframed_records` runs only the record-framing half of decoding, batch by batch, and
+reports every failing batch (tier_quarantine.py uses it to find all the poison in a segment in
+one pass).
+
 Malformed input raises the error a batch-at-a-time decode (batch.iter_batches +
 records.decode_records) raises, for the first bad batch in order: CorruptRecordError, or
 InvalidRecordError for a wrong magic or codec; never IndexError or an Arrow error. The one
