@@ -16,7 +16,8 @@ Layout (JSON values, as Kafka writes them)::
     /loglake/storage                                 {"url", "options"}: where the Delta tables
                                                       live (options without secrets)
     /loglake/tiering/<topic>/<p>                     {"tiered_end","tier_start","lag_offsets",
-                                                      "lag_seconds","leader","updated_ms"}
+                                                      "lag_seconds","quarantined","failures",
+                                                      "last_error","leader","updated_ms"}
     /loglake/table_changes/<topic>                   {"version","operation","updated_ms"}: set
                                                       by clean-up jobs after a commit that
                                                       removed files; brokers watch it and drop
