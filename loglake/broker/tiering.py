@@ -416,10 +416,10 @@ class Tierer:
             failures = self._failures.failed(("tier", key), what, exc)
             delay = min(max(interval, 0.1) * 2 ** min(failures - 1, 16), MAX_BACKOFF_S)
             self._retry_at[key] = time.monotonic() + delay
-            progress = self._progress.get(key)
-            if progress is not None:
-                with contextlib.suppress(Exception):
-                    await self._report(partition, progress)
+            # the status shows the failure (before any progress was read: with nothing else)
+            progress = self._progress.get(key) or _Progress(partition.leader_epoch, None)
+            with contextlib.suppress(Exception):
+                await self._report(partition, progress)
             return
         self._retry_at.pop(key, None)
         self._failures.succeeded(("tier", key), what)
