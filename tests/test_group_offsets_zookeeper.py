@@ -26,6 +26,8 @@ from loglake.catalog.groups import (
     CommittedOffset,
     GroupStore,
     committed_offset,
+    group_id_of,
+    group_node,
     is_plain_offset,
     meta_path,
     offset_path,
@@ -253,3 +255,25 @@ def test_broker_start_migrates_the_old_json_form(dev: DevCluster) -> None:
     committed = _committed(dev, group)
     assert committed[0] == (7, "old-0")
     assert committed[1] == (9, "old-1")
+
+
+def test_group_node_names_round_trip() -> None:
+    for group in ("", ".", "..", "a/b", "x%y", "plain.group-1", "ü", "a\x01b", "\U0001f600"):
+        node = group_node(group)
+        assert "/" not in node and node not in ("", ".", "..")
+        assert group_id_of(node) == group
+    assert group_node("plain.group-1") == "plain.group-1"  # Kafka's layout where possible
+
+
+@pytest.mark.parametrize("group", ["team/a", "..", "emoji-\U0001f600", "bad\x07bell"])
+def test_group_ids_zookeeper_cannot_name_still_commit_and_fetch(dev: DevCluster,
+                                                                group: str) -> None:
+    topic = _topic(dev, partitions=1)
+    consumer = _consumer(dev, group)
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+    finally:
+        consumer.close()
+    assert _committed(dev, group)[0][0] == 5
+    with Admin(dev.bootstrap_servers, timeout=60) as admin:
+        assert group in [g.group_id for g in admin.list_groups()]

@@ -44,6 +44,7 @@ import contextlib
 import json
 import logging
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -120,8 +121,44 @@ def committed_offset(raw: bytes, modified_ms: int, meta: bytes | None) -> Commit
     return CommittedOffset(offset, -1, "", modified_ms)
 
 
+def _znode_safe(char: str) -> bool:
+    """ZooKeeper refuses these in node names (besides ``/``): control and surrogate/private-use
+    ranges; ``%`` is ours, the escape character."""
+    code = ord(char)
+    return not (code <= 0x1F or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF
+                or code >= 0xFFF0 or char in "/%")
+
+
+def group_node(group_id: str) -> str:
+    """The znode name of a group: the id itself (Kafka's layout) when ZooKeeper accepts it,
+    else the id with each unusable character percent-encoded as UTF-8 bytes (``/`` → ``%2F``,
+    ``%`` → ``%25``, ``.``/``..`` → ``%2E``…); the empty id is ``%``. Reversible by
+    :func:`group_id_of`."""
+    if group_id == "":
+        return "%"
+    if group_id in (".", ".."):
+        return "".join(f"%{byte:02X}" for byte in group_id.encode())
+    if all(_znode_safe(c) for c in group_id):
+        return group_id
+    return "".join(c if _znode_safe(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8",
+                                                                                 "surrogatepass"))
+                   for c in group_id)
+
+
+def group_id_of(node: str) -> str:
+    """The group id a znode name stands for (inverse of :func:`group_node`)."""
+    if node == "%":
+        return ""
+    if "%" not in node:
+        return node
+    try:
+        return urllib.parse.unquote_to_bytes(node).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return node
+
+
 def _group(group_id: str) -> str:
-    return f"{CONSUMERS}/{group_id}"
+    return f"{CONSUMERS}/{group_node(group_id)}"
 
 
 def offset_path(group_id: str, topic: str, partition: int) -> str:
@@ -140,7 +177,7 @@ class GroupStore:
 
     def group_ids(self) -> list[str]:
         try:
-            return sorted(self.zk.get_children(CONSUMERS))
+            return sorted(group_id_of(node) for node in self.zk.get_children(CONSUMERS))
         except NoNodeError:
             return []
 
