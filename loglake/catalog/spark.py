@@ -194,7 +194,8 @@ def _tier_frame(spark: SparkSession, storage: Storage, snapshot: TierSnapshot,
             .parquet(*files))
     # Files of the snapshot normally hold only offsets below their partition's tiered end and
     # no transaction markers or quarantined rows (both is_control); the filters are added only
-    # when the file statistics say otherwise (fewer columns decoded: the scan then costs what a plain Parquet read does).
+    # when the file statistics say otherwise (fewer columns decoded: the scan then costs what
+    # a plain Parquet read does).
     beyond = sorted({p for p, f in chosen if f.max_offset >= snapshot.ends[p]})
     if beyond:
         bounds: list[Column] = [(F.col("partition") != p) | (F.col("offset") < snapshot.ends[p])
