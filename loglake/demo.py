@@ -166,16 +166,20 @@ def _wait_tiering(zookeeper: str) -> dict[int, dict[str, object]]:
     print("==> waiting for the tierer to move sealed segments into the Delta table")
     catalog = ClusterCatalog(zookeeper)
     catalog.start()
+    status: dict[int, dict[str, object]] = {}
+
+    def probe() -> tuple[bool, str]:
+        nonlocal status
+        status = catalog.tiering_status(TOPIC)
+        lag = sum(int(s.get("lag_offsets") or 0) for s in status.values())  # type: ignore[call-overload]
+        return len(status) == PARTITIONS and all(
+            s.get("tiered_end") and s.get("lag_offsets") == 0 for s in status.values()), \
+            f"{len(status)} of {PARTITIONS} partitions reported, {lag} sealed offsets to go"
+
     try:
         storage = catalog.storage()
-        status: dict[int, dict[str, object]] = {}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            status = catalog.tiering_status(TOPIC)
-            if len(status) == PARTITIONS and all(
-                    s.get("tiered_end") and s.get("lag_offsets") == 0 for s in status.values()):
-                break
-            time.sleep(0.5)
+        demo_jobs.wait_until(probe, what="waiting for the tierer",
+                             timeout=demo_jobs.TIERED_TIMEOUT_S, interval=0.5)
     finally:
         catalog.stop()
     print(f"    Delta tables under {storage[0] if storage else '?'}")

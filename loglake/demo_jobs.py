@@ -104,10 +104,11 @@ def _produce_events(bootstrap: str) -> None:
           f"(retention.ms = 1 day)")
 
 
-def _wait(probe: Callable[[], tuple[bool, str]], *, what: str, timeout: float,
-          interval: float = 0.3) -> None:
+def wait_until(probe: Callable[[], tuple[bool, str]], *, what: str, timeout: float,
+               interval: float = 0.3) -> None:
     """Call ``probe`` (-> done, where it stands) until done; print where it stands every
-    PROGRESS_EVERY_S; RuntimeError after ``timeout`` seconds."""
+    PROGRESS_EVERY_S; RuntimeError after ``timeout`` seconds (a safety bound: the demo's
+    waits end in seconds)."""
     started = time.monotonic()
     note_at = started + PROGRESS_EVERY_S
     while True:
@@ -139,7 +140,7 @@ def _wait_tiered(zookeeper: str, topics: tuple[str, ...],
                    for s in status.values()), state
 
     try:
-        _wait(probe, what="waiting for the tierer", timeout=timeout)
+        wait_until(probe, what="waiting for the tierer", timeout=timeout)
     finally:
         catalog.stop()
 
@@ -172,7 +173,7 @@ def _wait_local_start(cluster: Cluster, offset: int,
         return start >= offset, f"local log of {PROFILES}-0 starts at {start}, table " \
                                 f"compacted below {offset}"
 
-    _wait(probe, what="waiting for the brokers to drop their local copies", timeout=timeout)
+    wait_until(probe, what="waiting for the brokers to drop their local copies", timeout=timeout)
     return start
 
 
