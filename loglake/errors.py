@@ -186,3 +186,33 @@ class RequestTimedOutError(LoglakeError):
     """The request did not complete within its timeout."""
 
     code = ErrorCode.request_timed_out
+
+
+class InvalidReplicaAssignmentError(LoglakeError):
+    """A manual replica assignment names unknown or duplicate brokers, or does not fit."""
+
+    code = ErrorCode.invalid_replica_assignment
+
+
+class PolicyViolationError(LoglakeError):
+    """The request contradicts the topic's configuration (DeleteRecords on a compacted topic)."""
+
+    code = ErrorCode.policy_violation
+
+
+class ElectionNotNeededError(LoglakeError):
+    """ElectLeaders: the partition already has the leader the election would choose."""
+
+    code = ErrorCode.election_not_needed
+
+
+class PreferredLeaderNotAvailableError(LoglakeError):
+    """ElectLeaders (preferred): the first assigned replica is not alive or not in the ISR."""
+
+    code = ErrorCode.preferred_leader_not_available
+
+
+class EligibleLeadersNotAvailableError(LoglakeError):
+    """ElectLeaders (unclean): no live replica can lead the partition."""
+
+    code = ErrorCode.eligible_leaders_not_available
