@@ -15,7 +15,9 @@ import tracemalloc
 from pathlib import Path
 
 import cramjam
+import lz4.frame
 import pytest
+import zstandard
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -609,3 +611,24 @@ def test_vector_path_reads_three_byte_and_longer_varints(n, step):
     expected = max(r.timestamp for r in records)
     assert _both_paths(batch, now=NOW) == (expected, expected)
     assert _vector_accepts(batch, now=NOW)
+
+
+@pytest.mark.parametrize("size", [1, 100, 500_000])
+def test_frame_headers_bound_the_output_buffer(size):
+    """lz4/zstd block headers (and gzip's ISIZE) give an upper bound of the decompressed size,
+    so one output buffer suffices whatever options the producer's library used."""
+    data = (b"record %d " % size) * (size // 10 + 1)
+    streams = [
+        (3, lz4.frame.compress(data)),
+        (3, lz4.frame.compress(data, store_size=False, block_checksum=True,
+                               content_checksum=True)),
+        (3, bytes(cramjam.lz4.compress(data))),
+        (4, bytes(cramjam.zstd.compress(data))),
+        (4, zstandard.ZstdCompressor(write_content_size=False, write_checksum=True)
+         .compress(data)),
+        (1, bytes(cramjam.gzip.compress(data))),
+    ]
+    for codec, stream in streams:
+        bound = validation._size_hint(codec, memoryview(stream))
+        assert bound is not None and bound >= len(data)
+        assert bytes(validation._decompress(codec, memoryview(stream), 1 << 30, "")) == data
