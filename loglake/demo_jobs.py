@@ -177,6 +177,20 @@ def _wait_local_start(cluster: Cluster, offset: int,
     return start
 
 
+def _wait_earliest(bootstrap: str, offset: int, timeout: float = LOCAL_COPIES_TIMEOUT_S) -> None:
+    """Until ListOffsets(earliest) of ``demo.events`` reaches ``offset``: the table's new
+    first offset, once the brokers dropped their cached table start and, prompted by the
+    job's announcement, their local copies (``local.retention.ms=0``: all that is tiered)."""
+    with Consumer(bootstrap) as consumer:
+        def probe() -> tuple[bool, str]:
+            low, _ = consumer.watermarks(EVENTS, 0)
+            return low >= offset, f"earliest offset of {EVENTS}-0 is {low}, the table " \
+                                  f"starts at {offset}"
+
+        wait_until(probe, what="waiting for the brokers to follow the retention job",
+                   timeout=timeout, interval=0.5)
+
+
 def _compaction(bootstrap: str, cluster: Cluster, spark: SparkSession,
                 final: dict[bytes, bytes]) -> None:
     before, _, high = _read_all(bootstrap, PROFILES)
@@ -211,7 +225,8 @@ def _retention(bootstrap: str, cluster: Cluster, spark: SparkSession) -> None:
     with Consumer(bootstrap) as probe:
         low_before, high = probe.watermarks(EVENTS, 0)
     print(f"==> loglake retention --topic {EVENTS}")
-    run_retention(cluster, topic=EVENTS, progress=Progress(prefix="    "))
+    [result] = run_retention(cluster, topic=EVENTS, progress=Progress(prefix="    "))
+    _wait_earliest(bootstrap, result.earliest.get(0) or 0)
     records, low, _ = _read_all(bootstrap, EVENTS, start=0)
     register_topics(spark, zookeeper=cluster.zookeeper, topics=[EVENTS])
     count, oldest = spark.sql(
