@@ -1,8 +1,27 @@
 """The table of supported APIs: key, version range, handler. ApiVersions advertises exactly this.
 
-Version floors: Produce v3+ and Fetch v4+ (RecordBatch v2 only, like Kafka 4.0). Ceilings are the
-highest versions whose every field the handlers implement (Fetch stops at v12, before topic
-ids replace names in v13).
+The baseline is Kafka 4.0's (KIP-896: versions older than Kafka 2.1's were removed), and every
+ceiling is Kafka 4.0's where the handlers implement every field and rule of that version.
+Versions outside a row's range are answered as broker/server.py describes (UNSUPPORTED_VERSION
+in a response the client can parse, else a closed connection, as Kafka does).
+
+Where we differ from Kafka 4.0, and why:
+
+* ListOffsets serves v0 (Kafka 4.0: 1-10): LinkedIn Burrow and sarama clients configured for
+  Kafka before 0.10.1 ask for end offsets with it; it is implemented in full (``old_style_offsets``,
+  ``max_num_offsets``; handlers/fetch.py). A client that negotiates never picks v0 while v1+ is
+  offered, so the lower floor changes nothing for others. Its ceiling is 7: v8-v10 list the
+  local log start and the last tiered offset (KIP-405/KIP-1005) and take a timeout for remote
+  reads (KIP-1075); not implemented yet.
+* Produce stops at v9 (Kafka 4.0: 3-12): v10 responses must name the new leader and its
+  endpoint on NOT_LEADER_OR_FOLLOWER (KIP-951); v11-v12 exist for transactions, which this
+  broker does not implement.
+* Fetch stops at v12 (Kafka 4.0: 4-17): v13 replaces topic names by topic ids in requests and
+  responses (with UNKNOWN_TOPIC_ID/INCONSISTENT_TOPIC_ID rules), v15 moves the replica id into
+  ReplicaState (KIP-903), v16 adds KIP-951's leader hints, v17 the replica directory id.
+* The other rows equal Kafka 4.0's, for the APIs this broker has. DescribeConfigs v0 and
+  DescribeLogDirs v0, which Kafka 4.0 removed, are not served, but their senders get a v0
+  response carrying UNSUPPORTED_VERSION (broker/legacy_schemas.py).
 """
 
 from __future__ import annotations
@@ -11,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loglake.broker.handlers import admin, fetch, groups, metadata, produce
+from loglake.broker.handlers import admin, cluster_admin, fetch, groups, metadata, produce
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
@@ -37,25 +56,28 @@ API_TABLE: dict[int, Api] = {
     for api in (
         Api(0, "Produce", 3, 9, produce.produce),
         Api(1, "Fetch", 4, 12, fetch.fetch),
-        Api(2, "ListOffsets", 1, 7, fetch.list_offsets),
-        Api(3, "Metadata", 0, 12, metadata.metadata),
+        Api(2, "ListOffsets", 0, 7, fetch.list_offsets),
+        Api(3, "Metadata", 0, 13, metadata.metadata),
         Api(8, "OffsetCommit", 2, 9, groups.offset_commit),
         Api(9, "OffsetFetch", 1, 9, groups.offset_fetch),
-        Api(10, "FindCoordinator", 0, 4, groups.find_coordinator),
-        Api(11, "JoinGroup", 0, 9, groups.join_group),
+        Api(10, "FindCoordinator", 0, 6, groups.find_coordinator),
+        Api(11, "JoinGroup", 2, 9, groups.join_group),
         Api(12, "Heartbeat", 0, 4, groups.heartbeat),
         Api(13, "LeaveGroup", 0, 5, groups.leave_group),
         Api(14, "SyncGroup", 0, 5, groups.sync_group),
-        Api(15, "DescribeGroups", 0, 5, groups.describe_groups),
+        Api(15, "DescribeGroups", 0, 6, groups.describe_groups),
         Api(16, "ListGroups", 0, 5, groups.list_groups),
-        Api(18, "ApiVersions", 0, 3, metadata.api_versions),
+        Api(18, "ApiVersions", 0, 4, metadata.api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
-        Api(22, "InitProducerId", 0, 4, produce.init_producer_id),
+        Api(22, "InitProducerId", 0, 5, produce.init_producer_id),
         Api(23, "OffsetForLeaderEpoch", 2, 4, fetch.offset_for_leader_epoch),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
+        Api(33, "AlterConfigs", 0, 2, cluster_admin.alter_configs),
+        Api(35, "DescribeLogDirs", 1, 4, cluster_admin.describe_log_dirs),
         Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
         Api(44, "IncrementalAlterConfigs", 0, 1, admin.incremental_alter_configs),
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+        Api(60, "DescribeCluster", 0, 2, cluster_admin.describe_cluster),
     )
 }

@@ -47,6 +47,7 @@ from kio.serial.readers import (
 )
 from kio.static.constants import EntityType
 
+from loglake.broker.legacy_schemas import LEGACY_REQUESTS, LEGACY_RESPONSES
 from loglake.broker.request_bounds import FrameBytes, FrameError, check_request
 
 __all__ = ["FrameBytes", "FrameError", "RequestFrame", "build", "decode_header", "decode_request",
@@ -70,12 +71,20 @@ class RequestFrame:
 
 @functools.cache
 def request_class(api_key: int, version: int) -> type[Any]:
+    """kio's request class, or ours for a version Kafka 4.0 removed (broker/legacy_schemas.py);
+    raises ``kio.index.KioIndexError`` for a version neither has."""
+    legacy = LEGACY_REQUESTS.get((api_key, version))
+    if legacy is not None:
+        return legacy
     module = load_payload_module(api_key, version, EntityType.request)
     return _payload_class(module, "Request")
 
 
 @functools.cache
 def response_class(api_key: int, version: int) -> type[Any]:
+    legacy = LEGACY_RESPONSES.get((api_key, version))
+    if legacy is not None:
+        return legacy
     module = load_payload_module(api_key, version, EntityType.response)
     return _payload_class(module, "Response")
 

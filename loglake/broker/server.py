@@ -5,9 +5,27 @@ Per connection, requests are processed one at a time in arrival order and answer
 
 * the 4-byte size must be within [8, ``socket.request.max.bytes``]; otherwise the connection is
   closed without reading the body (there is no error code for it, as in Kafka);
-* an unknown API key, or an unsupported version of any API but ApiVersions, closes the
-  connection; ApiVersions with an unsupported version is answered with UNSUPPORTED_VERSION and
-  our version table in a v0 response, so clients can downgrade (KIP-511);
+* an unknown API key closes the connection (as in Kafka);
+* ApiVersions with an unsupported version is answered with UNSUPPORTED_VERSION and our version
+  table in a v0 response, so clients can downgrade (KIP-511, as in Kafka);
+* any other API at a version outside our range (below the KIP-896 floor, or above our ceiling)
+  is answered with UNSUPPORTED_VERSION in a response *of the requested version*, echoing the
+  request's topics, partitions, groups or resources with the error
+  (broker/error_responses.py), whenever we have that version's schema (kio's, or
+  broker/legacy_schemas.py for DescribeConfigs v0 and DescribeLogDirs v0); otherwise — no
+  schema to read the request or write a response the client could parse, or Produce with
+  acks=0, whose sender reads no response — the connection is closed. Each case is logged once
+  per client id, API and version with the range we serve.
+
+  Kafka 4.0 closes the connection for every unsupported version but ApiVersions'
+  (``SocketServer.parseRequestHeader`` throws InvalidRequestException for a version that
+  ``ApiKeys.isVersionEnabled`` refuses; the processor then closes the channel). Clients that
+  negotiate through ApiVersions (the Java client, librdkafka, kafka-python, aiokafka, KafkaJS)
+  never send such a version, so the difference only reaches clients that send a fixed,
+  configured version (sarama's ``Config.Version``, tools built on it): they get a response
+  they can parse that names the problem (sarama: "The version of API is not supported")
+  instead of an EOF, and nothing else changes. Where no parseable response exists we do what
+  Kafka does;
 * a body that does not decode closes the connection (lengths, counts and varints are checked
   against the frame before anything is allocated, see broker/request_bounds.py); a handler
   error closes the connection.
@@ -30,18 +48,21 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
+from kio.index import KioIndexError
 from kio.schema.errors import ErrorCode
 
-from loglake.broker.apis import API_TABLE
+from loglake.broker.apis import API_TABLE, Api
 from loglake.broker.codec import (
     FrameBytes,
     FrameError,
+    build,
     decode_header,
     decode_request,
     encode_response,
     request_class,
     response_class,
 )
+from loglake.broker.error_responses import error_body
 from loglake.broker.handlers.metadata import api_versions_response
 from loglake.broker.request_memory import (
     FRAME_CHUNK,
@@ -55,6 +76,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
+UNSUPPORTED_LOGGED_MAX = 1024
+"""Distinct (client id, API, version) refusals logged at WARNING; later ones at DEBUG."""
 
 
 def preload_schemas() -> None:
@@ -73,6 +97,7 @@ class KafkaServer:
         self._connections: set[asyncio.Task[None]] = set()
         budget = broker.config.queued_max_request_bytes
         self.memory = RequestMemory(budget if budget >= 0 else None)
+        self._unsupported_logged: set[tuple[str, int, int]] = set()
 
     async def start(self) -> None:
         preload_schemas()
@@ -164,7 +189,7 @@ class KafkaServer:
             if api_key == API_VERSIONS_KEY:
                 body = api_versions_response(0, ErrorCode.unsupported_version, API_TABLE)
                 return encode_response(api_key, 0, correlation_id, body)
-            raise FrameError(f"unsupported version {version} of {api.name}")
+            return self._unsupported_version(api, version, correlation_id, data, peer)
         frame = decode_request(data, api_key, version)
         if isinstance(peer, tuple) and peer:
             frame = dataclasses.replace(frame, client_host=f"/{peer[0]}")
@@ -182,3 +207,48 @@ class KafkaServer:
         except Exception as exc:  # a response we cannot encode is our bug
             log.exception("%s v%d response could not be encoded", api.name, version)
             raise FrameError(f"{api.name} response encoding failed: {exc}") from exc
+
+    def _unsupported_version(self, api: Api, version: int, correlation_id: int,
+                             data: FrameBytes, peer: object) -> bytes:
+        """UNSUPPORTED_VERSION in a response of the requested version, or FrameError (close)
+        where the client could not parse one (see the module docstring)."""
+        client_id = _client_id(data)
+        message = (
+            f"{api.name} v{version} is not supported: this broker serves {api.name} "
+            f"v{api.min_version}-v{api.max_version} (Kafka 4.0's baseline, KIP-896). Upgrade "
+            "the client, or configure it for a newer Kafka protocol version.")
+        answered = False
+        try:
+            try:
+                frame = decode_request(data, api.key, version)
+                body_cls = response_class(api.key, version)
+            except KioIndexError:
+                raise FrameError(f"{message} No schema of this version: closing.") from None
+            if api.key == PRODUCE_KEY and frame.body.acks == 0:
+                raise FrameError(f"{message} Produce with acks=0 reads no response: closing.")
+            body = error_body(api.key, version, frame.body, ErrorCode.unsupported_version,
+                              message)
+            if body is None:
+                raise FrameError(f"{message} No error response for this API: closing.")
+            response = encode_response(api.key, version, correlation_id, build(body_cls, body))
+            answered = True
+            return response
+        finally:
+            key = (client_id, api.key, version)
+            level = logging.DEBUG
+            if key not in self._unsupported_logged and (
+                    len(self._unsupported_logged) < UNSUPPORTED_LOGGED_MAX):
+                self._unsupported_logged.add(key)
+                level = logging.WARNING
+            log.log(level, "%s (client id %r at %s): %s", "answered UNSUPPORTED_VERSION"
+                    if answered else "closing", client_id, peer, message)
+
+
+def _client_id(data: FrameBytes) -> str:
+    """The request header's client id (the same place in header v1 and v2), for logs only."""
+    if len(data) < 10:
+        return ""
+    size = int.from_bytes(data[8:10], "big", signed=True)
+    if size < 0 or 10 + size > len(data):
+        return ""
+    return bytes(data[10:10 + size]).decode("utf-8", "replace")

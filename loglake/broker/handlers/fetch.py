@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -198,6 +199,8 @@ async def _read_tier(broker: Broker, request: Any, below: list[_TierRead],
 
 async def list_offsets(broker: Broker, frame: RequestFrame) -> Any:
     request = frame.body
+    if frame.api_version == 0:
+        return build(response_class(2, 0), {"topics": await list_offsets_v0(broker, request)})
     topics = []
     for topic in request.topics:
         partitions = []
@@ -215,6 +218,84 @@ async def list_offsets(broker: Broker, frame: RequestFrame) -> Any:
             partitions.append(entry)
         topics.append({"name": topic.name, "partitions": partitions})
     return build(response_class(2, frame.api_version), {"topics": topics})
+
+
+async def list_offsets_v0(broker: Broker, request: Any) -> list[dict[str, Any]]:
+    """ListOffsets v0 (Kafka before 0.10.1; removed in 4.0 by KIP-896, kept for Burrow and
+    sarama clients configured for old versions): each partition answers ``old_style_offsets``,
+    Kafka's ``legacyFetchOffsetsBefore``. The candidates are, per segment, ``(max(base offset,
+    log start offset), file modification time)``, plus ``(log end offset, now)`` if the last
+    segment is not empty; LATEST (-1) starts at the last candidate, EARLIEST (-2) at the first
+    (the first consumer-visible offset, the tier's when the topic is tiered), any other
+    timestamp at the last candidate whose time is not after it. At most ``max_num_offsets``
+    offsets are returned, going back from there, in descending order. A consumer
+    (``replica_id`` -1) never sees offsets above the high watermark: they are replaced by it.
+    Timestamps below -2 answer UNSUPPORTED_VERSION. ``replica_id`` -2 (debugging) may read a
+    follower replica."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for wanted in topic.partitions:
+            entry: dict[str, Any] = {"partition_index": wanted.partition_index,
+                                     "old_style_offsets": []}
+            if wanted.timestamp < EARLIEST_TIMESTAMP:
+                entry["error_code"] = ErrorCode.unsupported_version
+                partitions.append(entry)
+                continue
+            try:
+                key = (topic.name, wanted.partition_index)
+                if request.replica_id == -2 and key in broker.partitions:
+                    partition = broker.partitions[key]
+                else:
+                    partition = broker.leader_partition(*key)
+                entry["old_style_offsets"] = await _legacy_offsets(
+                    broker, partition, wanted.timestamp, wanted.max_num_offsets,
+                    consumer=request.replica_id == -1)
+                entry["error_code"] = ErrorCode.none
+            except LoglakeError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return topics
+
+
+async def _legacy_offsets(broker: Broker, partition: Partition, timestamp: int,
+                          max_num_offsets: int, *, consumer: bool) -> list[int]:
+    infos = partition.log.segment_infos()
+    start = partition.log_start_offset
+    mtimes = await asyncio.to_thread(_mtimes_ms, [info.log_path for info in infos])
+    candidates = [(max(info.base_offset, start), mtime)
+                  for info, mtime in zip(infos, mtimes, strict=True)]
+    if infos and infos[-1].size_bytes > 0:
+        candidates.append((partition.log.log_end_offset, int(broker.clock() * 1000)))
+    if candidates:
+        first = await broker.tierer.log_start(partition)
+        candidates[0] = (min(candidates[0][0], first), candidates[0][1])
+    if timestamp == LATEST_TIMESTAMP:
+        index = len(candidates) - 1
+    elif timestamp == EARLIEST_TIMESTAMP:
+        index = 0
+    else:
+        index = len(candidates) - 1
+        while index >= 0 and candidates[index][1] > timestamp:
+            index -= 1
+    count = max(min(max_num_offsets, index + 1), 0)
+    offsets = sorted((candidates[index - j][0] for j in range(count)), reverse=True)
+    if consumer and any(offset > partition.high_watermark for offset in offsets):
+        hw = partition.high_watermark
+        offsets = [hw] + [offset for offset in offsets if offset <= hw]
+    return offsets
+
+
+def _mtimes_ms(paths: list[Any]) -> list[int]:
+    """Modification times in ms of segment files (0 for a file gone meanwhile)."""
+    times = []
+    for path in paths:
+        try:
+            times.append(int(os.stat(path).st_mtime * 1000))
+        except OSError:
+            times.append(0)
+    return times
 
 
 async def _lookup(broker: Broker, partition: Partition, timestamp: int) -> dict[str, int]:

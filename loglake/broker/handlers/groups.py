@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from loglake.broker.broker import Broker
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_SHARE = 2
 
 
 def _ms(value: Any) -> int:
@@ -35,7 +36,10 @@ async def find_coordinator(broker: Broker, frame: RequestFrame) -> Any:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
         node = broker.groups.coordinator_for(key) if key_type == KEY_TYPE_GROUP else -1
         info = broker.live_brokers.get(node)
-        if key_type != KEY_TYPE_GROUP:
+        if key_type == KEY_TYPE_SHARE:  # Kafka without a share coordinator (KIP-932)
+            entry.update(error_code=ErrorCode.invalid_request,
+                         error_message="Share groups are not supported by this broker.")
+        elif key_type != KEY_TYPE_GROUP:
             entry.update(error_code=ErrorCode.coordinator_not_available,
                          error_message="Transactions are not supported by this broker.")
         elif info is None:
@@ -213,10 +217,17 @@ async def describe_groups(broker: Broker, frame: RequestFrame) -> Any:
                             "protocol_type": "", "protocol_data": "", "members": []})
             continue
         stable = group.state is GroupState.STABLE
+        unknown = (group.zk_version < 0 and not group.members
+                   and not broker.groups.offsets.get(group_id))
+        if unknown and frame.api_version >= 6:  # KIP-1043
+            results.append({"error_code": ErrorCode.group_id_not_found, "group_id": group_id,
+                            "error_message": f"Group {group_id} not found.",
+                            "group_state": "Dead", "protocol_type": "", "protocol_data": "",
+                            "members": []})
+            continue
         results.append({
             "error_code": ErrorCode.none, "group_id": group_id,
-            "group_state": "Dead" if group.zk_version < 0 and not group.members
-            and not broker.groups.offsets.get(group_id) else group.state.value,
+            "group_state": "Dead" if unknown else group.state.value,
             "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
             "authorized_operations": -2147483648,
             "members": [{

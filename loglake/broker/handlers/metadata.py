@@ -1,4 +1,10 @@
-"""ApiVersions and Metadata."""
+"""ApiVersions and Metadata.
+
+ApiVersions lists exactly the rows of broker/apis.py (every version we serve, nothing else).
+Metadata v8-v10 answer ``cluster_authorized_operations`` and v8+ ``topic_authorized_operations``
+when asked, as Kafka does without an authorizer: every operation the resource supports (see
+handlers/cluster_admin.py); unasked, the schema's "not requested" value.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.handlers.cluster_admin import (
+    CLUSTER_AUTHORIZED_OPERATIONS,
+    TOPIC_AUTHORIZED_OPERATIONS,
+    UNSET_AUTHORIZED_OPERATIONS,
+)
 from loglake.broker.topics import validate_topic_name
 from loglake.errors import LoglakeError
 
@@ -46,9 +57,16 @@ async def metadata(broker: Broker, frame: RequestFrame) -> Any:
             await _auto_create(broker, name)
         topics.append(_topic_metadata(broker, name))
     brokers = broker.live_brokers
+    if getattr(request, "include_topic_authorized_operations", False):
+        for topic in topics:
+            if topic["error_code"] == ErrorCode.none:
+                topic["topic_authorized_operations"] = TOPIC_AUTHORIZED_OPERATIONS
     return build(
         response_class(3, version),
         {
+            "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
+            if getattr(request, "include_cluster_authorized_operations", False)
+            else UNSET_AUTHORIZED_OPERATIONS,
             "brokers": [
                 {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
                 for b in brokers.values()
@@ -109,5 +127,5 @@ def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
         "topic_id": broker.topic_ids.get(name),
         "is_internal": False,
         "partitions": partitions,
-        "topic_authorized_operations": -2147483648,
+        "topic_authorized_operations": UNSET_AUTHORIZED_OPERATIONS,
     }
