@@ -14,6 +14,14 @@ or partitioned ex-controller cannot overwrite newer state). Decisions reach the 
 their watches on the partition-state znodes (no LeaderAndIsr RPC). Preferred-leader rebalancing
 runs every ``leader.imbalance.check.interval.seconds`` when ``auto.leader.rebalance.enable``.
 
+ElectLeaders (:meth:`Controller.elect_leaders`) runs on whichever broker a client sends it to
+(Metadata names the controller, so clients send it here): it reads the partitions' assignments
+and states from ZooKeeper, decides with :func:`election.admin_election` and writes each decision
+with the same two checks while this broker is ACTIVE; on a broker that is not (the controller
+moved after the client's Metadata) the write is conditioned on the state znode version alone,
+as a leader's ISR change is, which is what keeps a concurrent controller decision from being
+overwritten. A write that finds the state changed re-reads and decides again.
+
 Runs as a task on the broker's event loop; ZooKeeper calls go through worker threads.
 """
 
@@ -23,16 +31,23 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from loglake.broker import election
-from loglake.catalog.zookeeper import ControllerMovedError, StaleStateError
+from loglake.catalog.zookeeper import ControllerMovedError, PartitionState, StaleStateError
+from loglake.errors import LoglakeError, RequestTimedOutError, UnknownTopicError
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 RESCAN_S = 2.0
+ELECTION_ATTEMPTS = 10
+"""Reads and decisions per partition of one ElectLeaders before it answers with the conflict
+(every attempt lost to a concurrent write of the same state znode)."""
+ElectionResult = dict[election.TopicPartition, int | LoglakeError]
+"""(topic, partition) -> the elected leader, or why not."""
 
 
 class Controller:
@@ -127,3 +142,98 @@ class Controller:
                 self.poke()  # re-read and decide again
         if complete:  # a bounce stays "unseen" until every decision about it is written
             self._registrations = {b: info.registration for b, info in registered.items()}
+
+    # ------------------------------------------------------------------ ElectLeaders
+    async def elect_leaders(
+        self, partitions: Iterable[election.TopicPartition] | None, election_type: int
+    ) -> ElectionResult:
+        """Run an ElectLeaders request (see the module docstring); ``partitions`` None: every
+        partition of every topic. Each partition gets its new leader or a typed error."""
+        broker = self.broker
+        registered = await broker.zk_call(broker.catalog.brokers)
+        if partitions is None:
+            states = await broker.zk_call(broker.catalog.all_partition_states)
+            wanted = sorted(states)
+        else:
+            wanted = list(dict.fromkeys(partitions))
+            states = await broker.zk_call(self._read_states, wanted)
+        results: ElectionResult = {}
+        for key in wanted:
+            found = states.get(key)
+            for _ in range(ELECTION_ATTEMPTS):
+                if found is None:
+                    results[key] = UnknownTopicError(
+                        f"The partition {key[0]}-{key[1]} does not exist.")
+                    break
+                replicas, state = found
+                offline = broker.offline_replicas.get(key, frozenset())
+                view = election.PartitionView(key[0], key[1], replicas, state)
+                try:
+                    write = election.admin_election(view, set(registered) - offline,
+                                                    election_type, self.epoch or 0)
+                    await self._write(write)
+                except StaleStateError:
+                    found = (await broker.zk_call(self._read_states, [key])).get(key)
+                    continue
+                except LoglakeError as exc:
+                    results[key] = exc
+                    break
+                log.warning("%s-%d: %s (epoch %d)", key[0], key[1], write.reason,
+                            write.state.leader_epoch)
+                results[key] = write.state.leader
+                break
+            else:
+                results[key] = LoglakeError(
+                    f"The state of {key[0]}-{key[1]} kept changing during the election.")
+        return results
+
+    async def _write(self, write: election.StateWrite) -> None:
+        """One decision: with the controller epoch check while ACTIVE, else with the state
+        znode version alone. StaleStateError when the state changed since it was read."""
+        broker = self.broker
+        if self.epoch is not None:
+            try:
+                await broker.zk_call(broker.catalog.controller_write, write.topic,
+                                     write.partition, write.state, self.epoch_version)
+                return
+            except ControllerMovedError:
+                self.resign()
+        await broker.zk_call(broker.catalog.update_partition_state, write.topic,
+                             write.partition, write.state)
+
+    def _read_states(self, keys: Iterable[election.TopicPartition]
+                     ) -> dict[election.TopicPartition, tuple[tuple[int, ...], PartitionState]]:
+        """Assignment and state of ``keys`` that exist (worker thread)."""
+        catalog = self.broker.catalog
+        result = {}
+        topics: dict[str, dict[int, tuple[int, ...]] | None] = {}
+        for topic, partition in keys:
+            if topic not in topics:
+                meta = catalog.topic(topic)
+                topics[topic] = None if meta is None else meta.assignment
+            assignment = topics[topic]
+            if assignment is None or partition not in assignment:
+                continue
+            state = catalog.partition_state(topic, partition)
+            if state is not None:
+                result[(topic, partition)] = (assignment[partition], state)
+        return result
+
+    async def await_elected(self, results: ElectionResult, timeout: float) -> ElectionResult:
+        """Wait (at most ``timeout`` s) until this broker's metadata shows every elected leader,
+        so a client's next Metadata request sees it (Kafka's DelayedElectLeader); partitions
+        still not shown then answer REQUEST_TIMED_OUT."""
+        broker = self.broker
+        deadline = time.monotonic() + max(timeout, 0.0)
+
+        def pending() -> list[election.TopicPartition]:
+            return [key for key, leader in results.items() if isinstance(leader, int)
+                    and (state := broker.partition_states.get(key)) is not None
+                    and state.leader != leader]
+
+        while pending() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        late = pending()
+        return {**results, **{key: RequestTimedOutError(
+            f"The election of {key[0]}-{key[1]} was written but not seen within the "
+            "request timeout.") for key in late}}

@@ -16,6 +16,13 @@ Rules (Kafka's, ZooKeeper mode):
   replica when it is alive and in the ISR.
 * **Controlled shutdown** (``shutdown_moves``): a stopping broker hands each partition it leads to
   another live ISR member and leaves the ISR of the others while enough replicas remain.
+* **Elections an operator asks for** (ElectLeaders, ``admin_election``; Kafka's
+  ``KafkaController.processReplicaLeaderElection``): *preferred* moves leadership to the first
+  assigned replica when it is alive and in the ISR (ISR unchanged; ELECTION_NOT_NEEDED when it
+  leads already, PREFERRED_LEADER_NOT_AVAILABLE otherwise); *unclean* elects only for a
+  partition without a live leader (ELECTION_NOT_NEEDED otherwise): the first live ISR member,
+  else the first live replica with an ISR of itself, whatever ``unclean.leader.election.enable``
+  says (ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica is alive).
 """
 
 from __future__ import annotations
@@ -24,9 +31,18 @@ from collections.abc import Iterable, Set
 from dataclasses import dataclass, replace
 
 from loglake.catalog.zookeeper import PartitionState
+from loglake.errors import (
+    ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
+    InvalidRequestError,
+    PreferredLeaderNotAvailableError,
+)
 
 NO_LEADER = -1
 TopicPartition = tuple[str, int]
+PREFERRED = 0
+UNCLEAN = 1
+"""ElectLeaders' ``election_type`` values (Kafka's ``ElectionType``)."""
 
 
 @dataclass(frozen=True)
@@ -196,3 +212,45 @@ def isr_change(
     if set(ordered) == set(state.isr):
         return None
     return replace(state, isr=ordered)
+
+
+def admin_election(
+    view: PartitionView, live: Set[int], election_type: int, controller_epoch: int
+) -> StateWrite:
+    """The write an ElectLeaders request asks for on one partition (see the module docstring).
+
+    ``live``: brokers that can lead it now (alive, and their replica of it not offline).
+    Raises ElectionNotNeededError, PreferredLeaderNotAvailableError,
+    EligibleLeadersNotAvailableError or InvalidRequestError (unknown election type).
+    """
+    state = view.state
+    name = f"{view.topic}-{view.partition}"
+    if election_type == PREFERRED:
+        preferred = view.replicas[0]
+        if state.leader == preferred:
+            raise ElectionNotNeededError(
+                f"Leader of {name} is already the preferred replica {preferred}.")
+        if preferred not in live or preferred not in state.isr:
+            where = "not alive" if preferred not in live else "not in the ISR"
+            raise PreferredLeaderNotAvailableError(
+                f"Failed to elect leader for partition {name} under strategy "
+                f"PreferredReplicaPartitionLeaderElectionStrategy: preferred replica "
+                f"{preferred} is {where} (ISR {list(state.isr)}).")
+        return StateWrite(view.topic, view.partition,
+                          _new_state(state, preferred, state.isr, controller_epoch),
+                          f"preferred replica election: leadership to {preferred}")
+    if election_type == UNCLEAN:
+        if state.leader != NO_LEADER and state.leader in live:
+            raise ElectionNotNeededError(f"{name} has a live leader ({state.leader}).")
+        elected = elect_leader(view.replicas, state.isr, live, unclean=True)
+        if elected is None:
+            raise EligibleLeadersNotAvailableError(
+                f"Failed to elect leader for partition {name} under strategy "
+                f"OfflinePartitionLeaderElectionStrategy(true): no replica of "
+                f"{list(view.replicas)} is alive.")
+        leader, isr = elected
+        clean = leader in state.isr
+        return StateWrite(view.topic, view.partition,
+                          _new_state(state, leader, isr or (leader,), controller_epoch),
+                          f"{'' if clean else 'unclean '}election asked for: elected {leader}")
+    raise InvalidRequestError(f"Unknown election type {election_type}.")
