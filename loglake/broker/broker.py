@@ -342,21 +342,40 @@ class Broker:
             meta = self.catalog.topic(name)
             if meta is None:
                 continue
-            first_time = name not in self.topics
-            self.topics[name] = meta
-            if first_time:
+            known = self.topics.get(name)
+            if known is None:
+                self.topics[name] = meta
                 self.topic_ids[name] = self._topic_id(name)
                 self.catalog.watch_topic_config(name, self._config_watcher(name))
+                self.catalog.watch_topic_assignment(name, self._assignment_watcher(name))
             self._apply_config(name, meta.configs)
+            # partitions new to us (all of a new topic, those CreatePartitions added to a
+            # known one): watch their states before the topic counts as up to date, so a
+            # pass that fails half-way sets the rest up next time
+            for index in meta.assignment:
+                if known is None or index not in known.assignment:
+                    self.catalog.watch_partition_state(name, index,
+                                                       self._state_watcher(name, index))
+            self.topics[name] = meta
             for index, replicas in meta.assignment.items():
                 if (self.config.broker_id in replicas and (name, index) not in self.partitions
                         and (name, index) not in self.offline_partitions):
                     self._open_partition(name, index, replicas)
-                if first_time:
-                    self.catalog.watch_partition_state(name, index,
-                                                       self._state_watcher(name, index))
+                    partition = self.partitions.get((name, index))
+                    if partition is not None:  # its state may have arrived before it opened
+                        self._apply_state(partition, self.partition_states.get((name, index)))
         for name in set(self.topics) - names:
             self._drop_topic(name)
+
+    def _assignment_watcher(self, topic: str) -> Callable[[frozenset[int]], None]:
+        """Partitions added to ``topic`` (CreatePartitions) make every broker reconcile."""
+
+        def changed(partitions: frozenset[int]) -> None:
+            known = self.topics.get(topic)
+            if known is not None and partitions != frozenset(known.assignment):
+                self._schedule_reconcile()
+
+        return lambda partitions: self.run_soon(lambda: changed(partitions))
 
     def _topic_id(self, name: str) -> uuid.UUID:
         try:

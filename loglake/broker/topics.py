@@ -36,6 +36,8 @@ def assign_replicas(
     replication_factor: int,
     *,
     seed: int | None = None,
+    first_partition: int = 0,
+    partition0_leader: int | None = None,
 ) -> dict[int, tuple[int, ...]]:
     """Spread leaders round-robin from a random start; replicas follow on the next brokers.
 
@@ -43,6 +45,11 @@ def assign_replicas(
     ordered by alternating racks (a1, b1, c1, a2, ...), so consecutive brokers, and therefore
     the replicas of one partition, sit on different racks whenever ``replication_factor`` is at
     most the number of racks (Kafka's rack-aware assignment idea).
+
+    Growing a topic (CreatePartitions): partitions ``first_partition`` .. ``first_partition +
+    partitions - 1`` continue the round-robin that put partition 0's leader on
+    ``partition0_leader`` (Kafka's ``fixedStartIndex`` / ``startPartitionId``), so leaders stay
+    spread evenly; a random start when that broker is gone.
     """
     racks: Mapping[int, str | None] = (
         brokers if isinstance(brokers, Mapping) else dict.fromkeys(brokers)
@@ -53,11 +60,14 @@ def assign_replicas(
             f"Replication factor: {replication_factor} larger than available brokers: "
             f"{len(ordered)}."
         )
-    start = random.Random(seed).randrange(len(ordered))
+    if partition0_leader in ordered:
+        start = ordered.index(partition0_leader)
+    else:
+        start = random.Random(seed).randrange(len(ordered))
     count = len(ordered)
     return {
         p: tuple(ordered[(start + p + r) % count] for r in range(replication_factor))
-        for p in range(partitions)
+        for p in range(first_partition, first_partition + partitions)
     }
 
 

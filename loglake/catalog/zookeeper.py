@@ -25,6 +25,9 @@ Layout (JSON values, as Kafka writes them)::
 
 Invariants: a topic exists once its assignment znode exists; creation writes assignment, config
 and every partition state in one multi-op transaction, so readers never see a partial topic.
+Adding partitions (CreatePartitions, :meth:`ClusterCatalog.add_partitions`) is one transaction
+too: the assignment znode, conditioned on the version it was read at, and every new partition's
+state znode; a partition is listed in the assignment exactly when its state exists.
 Partition-state writes are conditioned on the znode version (``set_partition_state``).
 
 Errors: kazoo's exceptions do not leave this module for connection trouble. ConnectionLoss,
@@ -708,6 +711,75 @@ class ClusterCatalog:
             ):
                 raise TopicExistsError(f"Topic '{name}' already exists.")
             raise failures[0]
+
+    @_zookeeper_op
+    def topic_assignment(self, name: str) -> tuple[dict[int, tuple[int, ...]], int] | None:
+        """``(partition -> replicas, znode version)`` of ``/brokers/topics/<name>`` (None: no
+        such topic); the version conditions :meth:`add_partitions`."""
+        try:
+            raw, stat = self.zk.get(f"{TOPICS}/{name}")
+        except NoNodeError:
+            return None
+        partitions = json.loads(raw)["partitions"]
+        assignment = {int(p): tuple(replicas) for p, replicas in partitions.items()}
+        return dict(sorted(assignment.items())), int(stat.version)
+
+    @_zookeeper_op
+    def add_partitions(self, name: str, additions: Mapping[int, tuple[int, ...]],
+                       version: int, *, controller_epoch: int = 0) -> None:
+        """Add partitions to a topic in one transaction (see Invariants): the assignment znode
+        gets ``additions`` if it is still at ``version``, and each new partition a state with
+        its first replica as leader, epoch 0 and every replica in the ISR (as at creation).
+
+        Raises StaleStateError when the assignment changed since it was read (read again and
+        decide again) and UnknownTopicError when the topic is gone or being deleted."""
+        path = f"{TOPICS}/{name}"
+        if self.zk.exists(f"{DELETE_TOPICS}/{name}"):
+            raise UnknownTopicError(f"Topic '{name}' is marked for deletion.")
+        try:
+            raw, stat = self.zk.get(path)
+        except NoNodeError:
+            raise UnknownTopicError(f"Topic '{name}' does not exist.") from None
+        if stat.version != version:
+            raise StaleStateError(f"the assignment of {name} changed concurrently")
+        data = json.loads(raw)
+        partitions = dict(data["partitions"])
+        for partition, replicas in additions.items():
+            if str(partition) in partitions:
+                raise StaleStateError(f"partition {partition} of {name} exists already")
+            partitions[str(partition)] = list(replicas)
+        data["partitions"] = dict(sorted(partitions.items(), key=lambda item: int(item[0])))
+        tx = self.zk.transaction()
+        tx.set_data(path, _dump(data), version=version)
+        for partition, replicas in sorted(additions.items()):
+            tx.create(f"{path}/partitions/{partition}")
+            state = PartitionState(replicas[0], 0, tuple(replicas), controller_epoch)
+            tx.create(f"{path}/partitions/{partition}/state", state.to_json())
+        results = tx.commit()
+        failures = [r for r in results if isinstance(r, Exception)]
+        if not failures:
+            return
+        if isinstance(results[0], NoNodeError):
+            raise UnknownTopicError(f"Topic '{name}' does not exist.")
+        if isinstance(results[0], BadVersionError) or any(
+                isinstance(r, NodeExistsError) for r in failures):
+            raise StaleStateError(f"the assignment of {name} changed concurrently")
+        raise failures[0]
+
+    @_zookeeper_op
+    def watch_topic_assignment(self, name: str,
+                               callback: Callable[[frozenset[int]], Any]) -> None:
+        """Call ``callback`` with the topic's partition numbers now and after every change of
+        ``/brokers/topics/<name>`` (on kazoo's thread); stops once the topic is deleted."""
+
+        def on_change(data: bytes | None, _stat: Any) -> bool | None:
+            if data is None:
+                return False
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                callback(frozenset(int(p) for p in json.loads(data)["partitions"]))
+            return None
+
+        self.zk.DataWatch(f"{TOPICS}/{name}")(on_change)
 
     @_zookeeper_op
     def delete_topic(self, name: str) -> None:
