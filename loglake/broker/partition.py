@@ -19,6 +19,10 @@ Invariants:
 * A follower is *caught up* at time T if its fetch offset reached the leader's LEO as it was at
   its previous fetch at T (Kafka's rule); followers not caught up for ``replica.lag.time.max.ms``
   leave the ISR, followers whose LEO reaches HW (and the current epoch's start) rejoin it.
+* The log start offset only moves forward (DeleteRecords, retention: :meth:`advance_log_start`).
+  Followers adopt the leader's from fetch responses; the leader keeps the one each follower
+  reports in its fetches, and the *low watermark* (:meth:`low_watermark`) is the smallest over
+  itself and the followers it waits for, as Kafka's ``lowWatermarkIfLeader``.
 
 Thread-safety: everything runs on the broker's event-loop thread; no locks.
 """
@@ -59,6 +63,7 @@ class FollowerProgress:
     last_caught_up_ms: float = 0.0
     last_fetch_leader_leo: int = 0
     last_fetch_ms: float = 0.0
+    log_start_offset: int = -1  # as its last fetch reported it (-1: unknown)
 
 
 class AppendOutcome:
@@ -227,11 +232,15 @@ class Partition:
                 ))
 
     # ------------------------------------------------------------------ leader: followers
-    def record_follower_fetch(self, replica: int, fetch_offset: int) -> None:
-        """A follower fetched from ``fetch_offset``: that is its log end offset."""
+    def record_follower_fetch(self, replica: int, fetch_offset: int,
+                              log_start_offset: int = -1) -> None:
+        """A follower fetched from ``fetch_offset``: that is its log end offset (and
+        ``log_start_offset`` its log start, when the request says)."""
         progress = self.followers.get(replica)
         if progress is None or self.role is not Role.LEADER:
             return
+        if log_start_offset >= 0:
+            progress.log_start_offset = log_start_offset
         now = self.clock() * 1000
         leo = self.log.log_end_offset
         if fetch_offset >= leo:
@@ -313,6 +322,28 @@ class Partition:
             else:
                 remaining.append(waiter)
         self._ack_waiters = remaining
+
+    # ------------------------------------------------------------------ log start
+    def advance_log_start(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset`` (never down, never past the log end)
+        and delete the segments wholly below it; True if it moved. The new start is
+        checkpointed before any file goes (PartitionLog.set_log_start_offset)."""
+        target = min(offset, self.log.log_end_offset)
+        if target <= self.log.log_start_offset:
+            return False
+        self.log.set_log_start_offset(target)
+        self.log.delete_segments_before(target)
+        self._wake()
+        return True
+
+    def low_watermark(self, followers: set[int]) -> int:
+        """The smallest log start offset over this leader and ``followers`` (as their fetches
+        last reported it; -1 while one has not reported)."""
+        starts = [self.log.log_start_offset]
+        for replica in followers:
+            progress = self.followers.get(replica)
+            starts.append(progress.log_start_offset if progress is not None else -1)
+        return min(starts)
 
     # ------------------------------------------------------------------ follower
     def append_as_follower(self, records: bytes, leader_hw: int) -> None:

@@ -10,7 +10,10 @@ Protocol per partition (KIP-101 / KIP-279, as Kafka's ReplicaFetcherThread):
 2. **Fetch.** Fetch v12 with ``replica_id`` = our broker id from our log end offset, carrying the
    current leader epoch (a stale epoch gets FENCED_LEADER_EPOCH). Fetched batches are appended
    with their offsets and epochs unchanged; the leader's HW in the response becomes ours (capped
-   by our LEO). An offset mismatch sends the partition back to step 1.
+   by our LEO), and so does its log start offset once our log reaches it (Kafka's follower
+   ``maybeIncrementLogStartOffset``: DeleteRecords and retention on the leader reach every
+   replica; our fetches report our log start back, for the leader's low watermark). An offset
+   mismatch sends the partition back to step 1.
 
 Connection errors close the connection and retry after a short pause; partitions whose leader
 changes are moved to another fetcher by the broker (:meth:`ReplicaFetcher.remove`).
@@ -230,6 +233,12 @@ class ReplicaFetcher:
                 log.warning("%s: replicated batch rejected (%s); re-truncating",
                             partition.name, exc)
                 self.truncating[key] = 0
+                return False
+            leader_start = data.log_start_offset
+            if partition.log.log_start_offset < leader_start <= partition.log.log_end_offset:
+                partition.advance_log_start(leader_start)
+                log.info("%s: log start moved to %d (the leader's)", partition.name,
+                         leader_start)
             return False
         if error == ErrorCode.offset_out_of_range:
             if data.log_start_offset > partition.log.log_end_offset:

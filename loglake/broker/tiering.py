@@ -59,6 +59,12 @@ consumer that starts after a job finished sees its result. Without announcements
 away) caches live at most READER_REFRESH_S; a file vacuumed under a stale snapshot makes the
 read reload and retry.
 
+DeleteRecords (:meth:`Tierer.delete_records`, on the leader, before its local log start moves):
+the partition's rows below the new log start leave the table in one commit
+(segments/tier_delete.py), which also moves the tiered end up to it when it is beyond, so no
+tier commit in flight brings deleted rows back; the leader forgets what it cached and announces
+the change like a clean-up job does.
+
 Thread-safety: the Tierer lives on the broker's event loop; decoding a segment and writing its
 Parquet file run in one spawned worker process (off the broker's GIL); Delta work runs in worker
 threads, each TieredTable guarded by its own lock (one thread at a time per table object). The
@@ -93,6 +99,7 @@ from loglake.segments.batch import peek_header
 from loglake.segments.log import SegmentInfo
 from loglake.segments.retention import deletable_prefix, local_limits
 from loglake.segments.storage import Storage
+from loglake.segments.tier_delete import delete_below
 from loglake.segments.tier_quarantine import Quarantined
 from loglake.segments.tier_rows import rows_to_batches
 from loglake.segments.tiered_table import (
@@ -355,6 +362,33 @@ class Tierer:
             await asyncio.to_thread(remove)
         except Exception:
             log.exception("could not delete the tiered table of %s at %s", topic, uri)
+
+    async def delete_records(self, partition: Partition, offset: int) -> None:
+        """DeleteRecords: remove ``partition``'s rows below ``offset`` from the table (see the
+        module docstring); a no-op without storage, or without a table when the topic is not
+        tiered. Raises what the storage raises (the caller answers KAFKA_STORAGE_ERROR)."""
+        if self.storage is None:
+            return
+        topic = partition.topic
+        writer = self._writer(topic)
+        result = await writer.call(delete_below, writer.table, partition.index, offset,
+                                   create=self.tiered(topic))
+        if result.version is None:
+            return
+        if self.tiered(topic):
+            self._created.add(topic)
+        self._progress.pop((topic, partition.index), None)  # the tiered end is read again
+        self._table_changed(topic, announced=True)
+        log.info("%s: DeleteRecords below %d removed %d row(s) from the table (%d file(s) "
+                 "removed, %d rewritten; version %d)", partition.name, offset,
+                 result.removed_rows, result.removed_files, result.rewritten_files,
+                 result.version)
+        try:
+            await self.broker.zk_call(self.broker.catalog.announce_table_change, topic,
+                                      result.version, "delete_records")
+        except Exception as exc:  # other brokers reload within READER_REFRESH_S
+            log.warning("could not announce DeleteRecords on %s to the other brokers: %s",
+                        partition.name, exc)
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:

@@ -126,7 +126,9 @@ def _collect(
                         partitions.append(entry)
                         continue
                     if first:
-                        partition.record_follower_fetch(replica, wanted.fetch_offset)
+                        partition.record_follower_fetch(
+                            replica, wanted.fetch_offset,
+                            getattr(wanted, "log_start_offset", -1))
                 entry["high_watermark"] = partition.high_watermark
                 entry["last_stable_offset"] = partition.high_watermark
                 entry["log_start_offset"] = partition.log_start_offset
