@@ -30,7 +30,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loglake.broker.handlers import admin, cluster_admin, fetch, groups, metadata, produce
+from loglake.broker.handlers import (
+    admin,
+    cluster_admin,
+    fetch,
+    groups,
+    metadata,
+    partition_admin,
+    produce,
+)
 
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
@@ -70,12 +78,15 @@ API_TABLE: dict[int, Api] = {
         Api(18, "ApiVersions", 0, 4, metadata.api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
+        Api(21, "DeleteRecords", 0, 2, partition_admin.delete_records),
         Api(22, "InitProducerId", 0, 5, produce.init_producer_id),
         Api(23, "OffsetForLeaderEpoch", 2, 4, fetch.offset_for_leader_epoch),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
         Api(33, "AlterConfigs", 0, 2, cluster_admin.alter_configs),
         Api(35, "DescribeLogDirs", 1, 4, cluster_admin.describe_log_dirs),
+        Api(37, "CreatePartitions", 0, 3, partition_admin.create_partitions),
         Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
+        Api(43, "ElectLeaders", 0, 2, partition_admin.elect_leaders),
         Api(44, "IncrementalAlterConfigs", 0, 1, admin.incremental_alter_configs),
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
         Api(60, "DescribeCluster", 0, 2, cluster_admin.describe_cluster),
