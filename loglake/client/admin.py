@@ -1,14 +1,15 @@
-"""Cluster administration: topics (create, delete, list, describe, configs), consumer groups
-(list, describe, committed offsets, reset, delete) and partition offset look-ups.
+"""Cluster administration: topics (create, delete, list, describe, configs, add partitions),
+records (delete below an offset), leader elections, consumer groups (list, describe, committed
+offsets, reset, delete) and partition offset look-ups.
 
 Every call is bounded by a timeout (the object's ``timeout`` unless the call passes its own):
 librdkafka itself would keep retrying an unreachable cluster forever. While waiting on a request
 the admin client is polled, so ``error_cb`` (connection failures) and logs are served and a
 timeout can report why the cluster did not answer.
 
-``create_topic`` and ``delete_topic`` wait, by default, until cluster metadata reflects the change
-(all partitions have a leader / the topic is gone), so a producer or consumer started right after
-sees the new state. Not thread-safe: use one ``Admin`` per thread.
+``create_topic``, ``delete_topic`` and ``create_partitions`` wait, by default, until cluster
+metadata reflects the change (all partitions have a leader / the topic is gone), so a producer or
+consumer started right after sees the new state. Not thread-safe: use one ``Admin`` per thread.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
+    ElectionType,
     KafkaError,
     KafkaException,
     TopicPartition,
@@ -30,6 +32,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ClusterMetadata,
     ConfigResource,
+    NewPartitions,
     NewTopic,
     OffsetSpec,
     ResourceType,
@@ -56,6 +59,7 @@ from loglake.client.model import (
     TopicInfo,
     TopicPartitionKey,
 )
+from loglake.errors import LoglakeError
 
 T = TypeVar("T")
 
@@ -174,6 +178,98 @@ class Admin:
         self._wait(futures[name], operation, limit)
         if wait:
             self._wait_until(operation, limit, lambda info: info is None, name)
+
+    def create_partitions(
+        self,
+        topic: str,
+        total: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> None:
+        """Grow ``topic`` to ``total`` partitions (never fewer: ``invalid_partitions``).
+
+        ``assignments``: the replica broker ids of each new partition, in order (default: the
+        broker spreads them like at creation). With ``wait``, return once metadata lists every
+        partition with a leader. Raises :class:`BrokerError` (``invalid_partitions``,
+        ``invalid_replica_assignment``, ``unknown_topic_or_partition``, ...).
+        """
+        limit = self._limit(timeout)
+        operation = f"add partitions to topic {topic!r}"
+        request = NewPartitions(
+            topic, total,
+            replica_assignment=None if assignments is None else [list(a) for a in assignments],
+        )
+        futures = self._admin.create_partitions(
+            [request], validate_only=validate_only, request_timeout=limit,
+            operation_timeout=limit,
+        )
+        self._wait(futures[topic], operation, limit)
+        if wait and not validate_only:
+            self._wait_until(
+                operation, limit,
+                lambda info: info is not None and len(info.partitions) >= total
+                and all(p.leader >= 0 for p in info.partitions),
+                topic,
+            )
+
+    def delete_records(
+        self,
+        topic: str,
+        offsets: Mapping[int, int],
+        *,
+        timeout: float | None = None,
+    ) -> dict[int, int]:
+        """Delete the records of ``topic`` below ``offsets[partition]`` (-1: below the high
+        watermark: everything so far); return each partition's new low watermark (its earliest
+        offset). Raises :class:`BrokerError` (``offset_out_of_range`` above the high
+        watermark, ``policy_violation`` on a compacted topic, ...)."""
+        if not offsets:
+            raise ValueError("delete_records needs at least one partition")
+        limit = self._limit(timeout)
+        operation = f"delete records of topic {topic!r}"
+        futures = self._admin.delete_records(
+            [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())],
+            request_timeout=limit, operation_timeout=limit,
+        )
+        result: dict[int, int] = {}
+        for tp, future in futures.items():
+            deleted = self._wait(future, f"{operation}, partition {tp.partition}", limit)
+            result[tp.partition] = int(deleted.low_watermark)
+        return dict(sorted(result.items()))
+
+    def elect_leaders(
+        self,
+        election: Literal["preferred", "unclean"] = "preferred",
+        partitions: Sequence[TopicPartitionKey] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartitionKey, LoglakeError | None]:
+        """Elect the preferred (first assigned) replica as leader, or (``unclean``) any live
+        replica of partitions without a live leader; ``partitions`` None: every partition.
+
+        Returns, per partition, None when elected or the broker's reason why not (a
+        :class:`BrokerError`: ``election_not_needed``, ``preferred_leader_not_available``,
+        ``eligible_leaders_not_available``, ...). For all partitions, those that needed no
+        election are not listed (Kafka's rule)."""
+        if election not in ("preferred", "unclean"):
+            raise ValueError(f"election must be 'preferred' or 'unclean', got {election!r}")
+        limit = self._limit(timeout)
+        kind = ElectionType.PREFERRED if election == "preferred" else ElectionType.UNCLEAN
+        operation = f"{election} leader election"
+        future = self._admin.elect_leaders(
+            kind, None if partitions is None else [TopicPartition(t, p) for t, p in partitions],
+            request_timeout=limit, operation_timeout=limit,
+        )
+        found: dict[TopicPartition, Any] = self._wait(future, operation, limit)
+        result: dict[TopicPartitionKey, LoglakeError | None] = {}
+        for tp, error in found.items():
+            where = f"{operation}, {tp.topic}[{tp.partition}]"
+            result[(tp.topic, tp.partition)] = (
+                None if error is None else from_exception(error, where))
+        return dict(sorted(result.items()))
 
     def list_topics(self, *, timeout: float | None = None) -> dict[str, TopicInfo]:
         """All topics by name (sorted), with partition leaders, replicas and ISRs."""

@@ -1,5 +1,19 @@
-"""Client commands of ``loglake``: ``topics ...``, ``groups ...`` (in ``groups_cli``),
-``produce``, ``consume`` (like Kafka's tools).
+"""Client commands of ``loglake``: ``topics ...``, ``partitions elect``, ``groups ...`` (in
+``groups_cli``), ``produce``, ``consume`` (like Kafka's tools).
+
+Growing and repairing topics, like ``kafka-topics --alter``, ``kafka-delete-records`` and
+``kafka-leader-election``::
+
+    loglake topics alter TOPIC --partitions N [--replica-assignment 1:2,2:3]
+    loglake topics delete-records TOPIC --offset O [--partition P ...]
+    loglake partitions elect --type preferred|unclean [--topic T [--partition P ...]]
+
+``delete-records`` takes the offset on the command line instead of Kafka's JSON file: every
+named partition (default: all of the topic's) loses its records below ``O`` (``-1``: below the
+high watermark, i.e. all records so far); it prints each partition's new low watermark.
+``partitions elect`` without ``--topic`` considers every partition of the cluster (as
+``--all-topic-partitions`` does) and exits 1 when an election failed for a reason other than
+"not needed".
 
 Every command takes ``--bootstrap-server HOST:PORT`` (optional: ``$LOGLAKE_BOOTSTRAP_SERVERS``,
 else the cluster of the last ``loglake dev up``, else an error saying so; see
@@ -68,6 +82,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"(default {DEFAULT_REQUEST_TIMEOUT_MS})",
     )
     _register_topics(subparsers, common)
+    _register_partitions(subparsers, common)
     groups_cli.register(subparsers, common)
     _register_produce(subparsers, common)
     _register_consume(subparsers, common)
@@ -117,6 +132,46 @@ def _register_topics(
     alter.add_argument("--delete", action="extend", nargs="+", default=[], metavar="KEY",
                        dest="delete_configs", help="revert a key to its default")
     alter.set_defaults(handler=topics_alter_config)
+
+    grow = commands.add_parser("alter", parents=[common],
+                               help="add partitions to a topic (never removes any)")
+    grow.add_argument("topic")
+    grow.add_argument("--partitions", type=_positive_int, required=True, metavar="N",
+                      help="the new total number of partitions")
+    grow.add_argument("--replica-assignment", type=_replica_assignment, metavar="ASSIGNMENT",
+                      help="broker ids of the NEW partitions: ':' between replicas, ',' "
+                      "between partitions (e.g. 1:2,2:3); default: spread like at creation")
+    grow.add_argument("--validate-only", action="store_true",
+                      help="check the request without changing the topic")
+    grow.set_defaults(handler=topics_alter)
+
+    deletion = commands.add_parser(
+        "delete-records", parents=[common],
+        help="delete the records below an offset (they are gone for consumers and SQL)")
+    deletion.add_argument("topic")
+    deletion.add_argument("--offset", type=_delete_offset, required=True, metavar="O",
+                          help="delete records below O; -1: below the high watermark "
+                          "(everything so far)")
+    deletion.add_argument("--partition", type=_non_negative_int, action="append",
+                          metavar="P", help="only partition P (repeatable; default all)")
+    deletion.set_defaults(handler=topics_delete_records)
+
+
+def _register_partitions(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+) -> None:
+    partitions = subparsers.add_parser("partitions", help="leader elections")
+    commands = partitions.add_subparsers(dest="partitions_command", required=True)
+    elect = commands.add_parser(
+        "elect", parents=[common],
+        help="elect preferred leaders, or (unclean) any live replica of leaderless partitions")
+    elect.add_argument("--type", choices=("preferred", "unclean"), required=True,
+                       dest="election_type")
+    elect.add_argument("--topic", help="only this topic (default: every partition)")
+    elect.add_argument("--partition", type=_non_negative_int, action="append", metavar="P",
+                       help="only partition P of --topic (repeatable; default all)")
+    elect.set_defaults(handler=partitions_elect)
 
 
 def bootstrap(args: argparse.Namespace) -> str:
@@ -211,6 +266,61 @@ def topics_alter_config(args: argparse.Namespace) -> int:
         )
     print(f"Altered configs of topic {args.topic}.")
     return 0
+
+
+def topics_alter(args: argparse.Namespace) -> int:
+    """``loglake topics alter TOPIC --partitions N``."""
+    with _admin(args) as admin:
+        admin.create_partitions(args.topic, args.partitions,
+                                assignments=args.replica_assignment,
+                                validate_only=args.validate_only)
+    if args.validate_only:
+        print(f"Topic {args.topic} can have {args.partitions} partitions (validated only).")
+    else:
+        print(f"Topic {args.topic} has {args.partitions} partitions now.")
+    return 0
+
+
+def topics_delete_records(args: argparse.Namespace) -> int:
+    """``loglake topics delete-records TOPIC --offset O [--partition P ...]``."""
+    with _admin(args) as admin:
+        partitions = args.partition or [
+            p.partition for p in admin.describe_topic(args.topic).partitions]
+        low = admin.delete_records(args.topic, dict.fromkeys(partitions, args.offset))
+    for partition, watermark in low.items():
+        print(f"Topic: {args.topic}\tPartition: {partition}\tLow watermark: {watermark}")
+    return 0
+
+
+def partitions_elect(args: argparse.Namespace) -> int:
+    """``loglake partitions elect --type preferred|unclean [--topic T [--partition P ...]]``
+    (output like ``kafka-leader-election``)."""
+    if args.partition and args.topic is None:
+        raise ValueError("--partition needs --topic")
+    kind = args.election_type.upper()
+    with _admin(args) as admin:
+        wanted = None
+        if args.topic is not None:
+            numbers = args.partition or [
+                p.partition for p in admin.describe_topic(args.topic).partitions]
+            wanted = [(args.topic, p) for p in numbers]
+        results = admin.elect_leaders(args.election_type, wanted)
+    elected = [f"{t}-{p}" for (t, p), error in results.items() if error is None]
+    not_needed = [f"{t}-{p}" for (t, p), error in results.items() if error is not None
+                  and error.code == ErrorCode.election_not_needed]
+    failed = {f"{t}-{p}": error for (t, p), error in results.items() if error is not None
+              and error.code != ErrorCode.election_not_needed}
+    if elected:
+        print(f"Successfully completed leader election ({kind}) for partitions "
+              f"{', '.join(elected)}")
+    if not_needed:
+        print(f"Valid replica already elected for partitions {', '.join(not_needed)}")
+    if not elected and not not_needed and not failed:
+        print(f"No partition needed a leader election ({kind}).")
+    for name, error in failed.items():
+        print(f"Error completing leader election ({kind}) for partition: {name}: {error}",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 # -- produce ---------------------------------------------------------------------------------
@@ -512,6 +622,24 @@ def _key_value(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), value
+
+
+def _replica_assignment(text: str) -> list[list[int]]:
+    """``1:2,2:3`` -> ``[[1, 2], [2, 3]]`` (kafka-topics' ``--replica-assignment`` form)."""
+    try:
+        result = [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected broker ids like 1:2,2:3 (':' between replicas, ',' between "
+            f"partitions), got {text!r}") from None
+    return result
+
+
+def _delete_offset(text: str) -> int:
+    number = int(text)
+    if number < -1:
+        raise argparse.ArgumentTypeError(f"expected an offset >= 0, or -1, got {text!r}")
+    return number
 
 
 def _positive_int(text: str) -> int:
