@@ -1,0 +1,315 @@
+"""DescribeCluster, DescribeLogDirs and AlterConfigs on a real two-broker cluster, through
+confluent-kafka's AdminClient, kafka-python's KafkaAdminClient, aiokafka's admin client and
+raw wire requests (tests/wire.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
+from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource as KafkaConfigResource
+from kafka.admin import ConfigResourceType
+from kio.schema.errors import ErrorCode
+
+from loglake.dev.harness import DevCluster
+from tests.wire import WireClient
+
+RACK = "rack-a"
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:alter_configs has been deprecated:DeprecationWarning")  # the API under test
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    data = tmp_path_factory.mktemp("cluster-apis")
+    with DevCluster(data / "dev", brokers=2, broker_overrides={"broker.rack": RACK}) as dev:
+        yield dev
+
+
+@pytest.fixture
+def admin(pair: DevCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": pair.bootstrap_servers})
+
+
+def _create(admin: AdminClient, topic: str, partitions: int = 2, replicas: int = 2,
+            config: dict[str, str] | None = None) -> None:
+    futures = admin.create_topics([NewTopic(topic, partitions, replicas, config=config or {})],
+                                  operation_timeout=10, request_timeout=15)
+    futures[topic].result(timeout=20)
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, b"record-%d" % i, partition=0)
+    assert producer.flush(15) == 0
+
+
+def _wire(pair: DevCluster, broker_id: int) -> WireClient:
+    return WireClient("127.0.0.1", pair.broker_port(broker_id))
+
+
+def _overrides(admin: AdminClient, topic: str) -> dict[str, str]:
+    resource = ConfigResource("topic", topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=10)
+    return {name: entry.value for name, entry in entries.items()
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+def _wait_for(predicate: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------- DescribeCluster
+
+
+def test_describe_cluster_confluent(pair: DevCluster, admin: AdminClient) -> None:
+    described = admin.describe_cluster(include_authorized_operations=True).result(timeout=10)
+    metadata = admin.list_topics(timeout=10)
+    assert described.cluster_id == metadata.cluster_id and described.cluster_id
+    assert sorted(node.id for node in described.nodes) == [1, 2]
+    assert {node.rack for node in described.nodes} == {RACK}
+    assert {node.port for node in described.nodes} == {pair.broker_port(1), pair.broker_port(2)}
+    assert described.controller.id == metadata.controller_id
+    assert {op.name for op in described.authorized_operations} == {
+        "CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE"}
+
+
+def test_describe_cluster_kafka_python(pair: DevCluster, admin: AdminClient) -> None:
+    client = KafkaAdminClient(bootstrap_servers=pair.bootstrap_servers)
+    try:
+        described = client.describe_cluster()
+    finally:
+        client.close()
+    assert described["cluster_id"] == admin.list_topics(timeout=10).cluster_id
+    assert described["controller_id"] in (1, 2)
+    assert [(b["broker_id"], b["rack"]) for b in described["brokers"]] == [(1, RACK), (2, RACK)]
+
+
+def test_describe_cluster_aiokafka(pair: DevCluster) -> None:
+    async def run() -> dict[str, Any]:
+        client = AIOKafkaAdminClient(bootstrap_servers=pair.bootstrap_servers)
+        await client.start()
+        try:
+            return await client.describe_cluster()
+        finally:
+            await client.close()
+
+    described = asyncio.run(run())
+    assert sorted(b["node_id"] for b in described["brokers"]) == [1, 2]
+    assert described["controller_id"] in (1, 2)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_describe_cluster_every_version_on_the_wire(pair: DevCluster, version: int) -> None:
+    with _wire(pair, 2) as client:
+        response = client.request(60, version, {"include_cluster_authorized_operations": False,
+                                                "endpoint_type": 1})
+    assert response.error_code == ErrorCode.none and response.error_message is None
+    assert [(b.broker_id, b.rack) for b in response.brokers] == [(1, RACK), (2, RACK)]
+    assert response.controller_id in (1, 2)
+    assert response.cluster_authorized_operations == -2147483648
+    if version >= 2:
+        assert not any(b.is_fenced for b in response.brokers)
+
+
+def test_describe_cluster_endpoint_types(pair: DevCluster) -> None:
+    with _wire(pair, 1) as client:
+        controllers = client.request(60, 1, {"endpoint_type": 2})
+        unknown = client.request(60, 2, {"endpoint_type": 7})
+    assert controllers.error_code == ErrorCode.mismatched_endpoint_type
+    assert "CONTROLLER" in controllers.error_message and controllers.brokers == ()
+    assert unknown.error_code == ErrorCode.unsupported_endpoint_type
+
+
+# ---------------------------------------------------------------------------- DescribeLogDirs
+
+
+def test_describe_log_dirs_kafka_python(pair: DevCluster, admin: AdminClient,
+                                        topic_name: str) -> None:
+    _create(admin, topic_name)
+    _produce(pair.bootstrap_servers, topic_name, 20)
+    client = KafkaAdminClient(bootstrap_servers=pair.bootstrap_servers)
+    try:
+        def sizes_agree() -> bool:
+            answer = client.describe_log_dirs({topic_name: [0, 1]})
+            sizes = {b["broker"]: _partitions(b, topic_name) for b in answer}
+            return sizes[1][0]["partition_size"] == sizes[2][0]["partition_size"] > 0
+        _wait_for(sizes_agree, "the follower to hold the leader's log")
+        answer = client.describe_log_dirs({topic_name: [0, 1]})
+    finally:
+        client.close()
+    assert sorted(b["broker"] for b in answer) == [1, 2]
+    for broker in answer:
+        (log_dir,) = broker["log_dirs"]
+        assert log_dir["error_code"] == 0
+        assert log_dir["log_dir"] == str(pair.data_dir / f"broker-{broker['broker']}" / "data")
+        partitions = _partitions(broker, topic_name)
+        assert sorted(partitions) == [0, 1]
+        on_disk = sum(p.stat().st_size
+                      for p in (pair.data_dir / f"broker-{broker['broker']}" / "data"
+                                / f"{topic_name}-0").glob("*.log"))
+        assert partitions[0]["partition_size"] == on_disk
+        assert partitions[1]["partition_size"] == 0
+        assert all(p["offset_lag"] == 0 and p["is_future_key"] is False
+                   for p in partitions.values())
+        usage = shutil.disk_usage(log_dir["log_dir"])
+        assert log_dir["total_bytes"] == usage.total
+        assert abs(log_dir["usable_bytes"] - usage.free) < 256 * 1024 * 1024
+
+
+def _partitions(broker: dict[str, Any], topic: str) -> dict[int, dict[str, Any]]:
+    (log_dir,) = broker["log_dirs"]
+    return {p["partition_index"]: p for t in log_dir["topics"] if t["name"] == topic
+            for p in t["partitions"]}
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
+def test_describe_log_dirs_every_version_on_the_wire(pair: DevCluster, admin: AdminClient,
+                                                     topic_name: str, version: int) -> None:
+    _create(admin, topic_name, partitions=3)
+    with _wire(pair, 1) as client:
+        every = client.request(35, version, {"topics": None})
+        some = client.request(35, version, {"topics": [
+            {"topic": topic_name, "partitions": [2, 9]}, {"topic": "absent", "partitions": [0]}]})
+    (result,) = every.results
+    assert result.error_code == ErrorCode.none
+    assert {p.partition_index for t in result.topics if t.name == topic_name
+            for p in t.partitions} == {0, 1, 2}
+    (filtered,) = some.results
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in filtered.topics] == [
+        (topic_name, [2])]
+    if version >= 3:
+        assert every.error_code == ErrorCode.none
+    if version >= 4:
+        assert result.total_bytes > 0 and 0 <= result.usable_bytes <= result.total_bytes
+
+
+# ------------------------------------------------------------------------------- AlterConfigs
+
+
+def test_alter_configs_replaces_the_whole_override_set(pair: DevCluster, admin: AdminClient,
+                                                       topic_name: str) -> None:
+    _create(admin, topic_name, config={"retention.ms": "3600000", "cleanup.policy": "compact"})
+    assert _overrides(admin, topic_name) == {"retention.ms": "3600000",
+                                             "cleanup.policy": "compact"}
+    resource = ConfigResource("topic", topic_name, set_config={"segment.ms": "120000"})
+    admin.alter_configs([resource])[resource].result(timeout=10)
+    assert _overrides(admin, topic_name) == {"segment.ms": "120000"}
+    # the other broker applies the same set (through its ZooKeeper watch)
+    with _wire(pair, 2) as client:
+        def on_broker_2() -> bool:
+            response = client.request(32, 4, {"resources": [
+                {"resource_type": 2, "resource_name": topic_name,
+                 "configuration_keys": ["segment.ms", "retention.ms"]}]})
+            values = {c.name: (c.value, c.config_source) for c in response.results[0].configs}
+            return values == {"segment.ms": ("120000", 1), "retention.ms": ("604800000", 5)}
+        _wait_for(on_broker_2, "broker 2 to apply the new overrides")
+    empty = ConfigResource("topic", topic_name, set_config={})
+    admin.alter_configs([empty])[empty].result(timeout=10)
+    assert _overrides(admin, topic_name) == {}
+
+
+def test_alter_configs_validate_only_and_errors(admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name, config={"retention.ms": "3600000"})
+    check = ConfigResource("topic", topic_name, set_config={"retention.ms": "1000"})
+    admin.alter_configs([check], validate_only=True)[check].result(timeout=10)
+    assert _overrides(admin, topic_name) == {"retention.ms": "3600000"}
+    cases = {
+        "bad-value": (ConfigResource("topic", topic_name, set_config={"retention.ms": "soon"}),
+                      "INVALID_CONFIG"),
+        "unknown-key": (ConfigResource("topic", topic_name, set_config={"no.such": "1"}),
+                        "INVALID_CONFIG"),
+        "unknown-topic": (ConfigResource("topic", topic_name + "-absent",
+                                         set_config={"retention.ms": "1"}),
+                          "UNKNOWN_TOPIC_OR_PART"),
+        "broker": (ConfigResource("broker", "1", set_config={"num.partitions": "3"}),
+                   "INVALID_REQUEST"),
+    }
+    for name, (resource, code) in cases.items():
+        with pytest.raises(KafkaException) as caught:
+            admin.alter_configs([resource])[resource].result(timeout=10)
+        assert caught.value.args[0].name() == code, name
+    assert _overrides(admin, topic_name) == {"retention.ms": "3600000"}
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_alter_configs_request_checks_on_the_wire(pair: DevCluster, admin: AdminClient,
+                                                  topic_name: str, version: int) -> None:
+    _create(admin, topic_name)
+
+    def resource(name: str, configs: list[tuple[str, str | None]], kind: int = 2) -> dict:
+        return {"resource_type": kind, "resource_name": name,
+                "configs": [{"name": k, "value": v} for k, v in configs]}
+
+    with _wire(pair, 1) as client:
+        response = client.request(33, version, {"validate_only": False, "resources": [
+            resource(topic_name, [("retention.ms", "1000")]),
+            resource("twice", []), resource("twice", []),
+            resource(topic_name + "-b", [("a", "1"), ("a", "2")]),
+            resource(topic_name + "-c", [("retention.ms", None)]),
+            resource("x", [], kind=8),
+            resource("x", [], kind=99),
+            resource("", [("retention.ms", "1")]),
+        ]})
+    answers = [(r.resource_name, r.error_code) for r in response.responses]
+    assert answers == [
+        (topic_name, ErrorCode.none),
+        ("twice", ErrorCode.invalid_request), ("twice", ErrorCode.invalid_request),
+        (topic_name + "-b", ErrorCode.invalid_request),
+        (topic_name + "-c", ErrorCode.invalid_request),
+        ("x", ErrorCode.invalid_request), ("x", ErrorCode.invalid_request),
+        ("", ErrorCode.invalid_request),
+    ]
+    messages = [r.error_message for r in response.responses]
+    assert messages[1] == "Each resource must appear at most once."
+    assert messages[3] == "Error due to duplicate config keys"
+    assert messages[4] == "Null value not supported for : retention.ms"
+    assert _overrides(admin, topic_name) == {"retention.ms": "1000"}
+
+
+def test_alter_configs_kafka_python(pair: DevCluster, admin: AdminClient,
+                                    topic_name: str) -> None:
+    _create(admin, topic_name, config={"cleanup.policy": "compact"})
+    client = KafkaAdminClient(bootstrap_servers=pair.bootstrap_servers)
+    try:
+        client.alter_configs([KafkaConfigResource(ConfigResourceType.TOPIC, topic_name,
+                                                  configs={"retention.ms": "7200000"})],
+                             incremental=False)
+    finally:
+        client.close()
+    # kafka-python's non-incremental path reads the topic's dynamic keys and sends them along
+    # (AlterConfigs resets any key it does not name), so the compact policy survives
+    assert _overrides(admin, topic_name) == {"retention.ms": "7200000",
+                                             "cleanup.policy": "compact"}
+
+
+def test_alter_configs_aiokafka(pair: DevCluster, admin: AdminClient, topic_name: str) -> None:
+    _create(admin, topic_name)
+
+    async def run() -> list[Any]:
+        client = AIOKafkaAdminClient(bootstrap_servers=pair.bootstrap_servers)
+        await client.start()
+        try:
+            return await client.alter_configs([AioConfigResource(
+                AioConfigResourceType.TOPIC, topic_name, configs={"max.message.bytes": "2048"})])
+        finally:
+            await client.close()
+
+    responses = asyncio.run(run())
+    assert all(code == 0 for r in responses for code, *_ in r.resources)
+    assert _overrides(admin, topic_name) == {"max.message.bytes": "2048"}
