@@ -1,13 +1,18 @@
 """DescribeCluster, DescribeLogDirs and AlterConfigs on a real two-broker cluster, through
-confluent-kafka's AdminClient, kafka-python's KafkaAdminClient, aiokafka's admin client and
-raw wire requests (tests/wire.py)."""
+confluent-kafka's AdminClient, kafka-python's KafkaAdminClient, aiokafka's admin client, KafkaJS
+(installed with npm into a temporary directory; skipped without node/npm) and raw wire requests
+(tests/wire.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -313,3 +318,45 @@ def test_alter_configs_aiokafka(pair: DevCluster, admin: AdminClient, topic_name
     responses = asyncio.run(run())
     assert all(code == 0 for r in responses for code, *_ in r.resources)
     assert _overrides(admin, topic_name) == {"max.message.bytes": "2048"}
+
+
+# ------------------------------------------------------------------------------------ KafkaJS
+
+KAFKAJS_VERSION = "2.2.4"
+KAFKAJS_SCRIPT = Path(__file__).parent / "kafkajs" / "admin_check.js"
+
+
+@pytest.fixture(scope="module")
+def kafkajs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """KafkaJS installed with npm into a temporary directory (skipped without node/npm)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for the KafkaJS test")
+    prefix = tmp_path_factory.mktemp("kafkajs")
+    try:
+        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                        f"kafkajs@{KAFKAJS_VERSION}"], check=True, capture_output=True,
+                       timeout=180)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"kafkajs could not be installed: {exc}")
+    return prefix / "node_modules"
+
+
+def test_kafkajs_admin(pair: DevCluster, admin: AdminClient, kafkajs: Path,
+                       topic_name: str) -> None:
+    node = shutil.which("node")
+    assert node is not None
+    done = subprocess.run([node, str(KAFKAJS_SCRIPT), pair.bootstrap_servers, topic_name],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NODE_PATH": str(kafkajs)})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["cluster"]["clusterId"] == admin.list_topics(timeout=10).cluster_id
+    assert sorted(b["nodeId"] for b in seen["cluster"]["brokers"]) == [1, 2]
+    assert seen["cluster"]["controller"] in (1, 2)
+    assert seen["created"] is True
+    # AlterConfigs replaced the override set: cleanup.policy went back to its default
+    assert seen["configs"]["retention.ms"] == {"value": "3600000", "isDefault": False}
+    assert seen["configs"]["cleanup.policy"]["value"] == "delete"
+    assert _overrides(admin, topic_name) == {"retention.ms": "3600000"}
+    assert [(o["partition"], o["offset"]) for o in seen["offsets"]] == [(0, "2")]
