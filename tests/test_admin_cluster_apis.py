@@ -27,6 +27,7 @@ from kafka.admin import ConfigResourceType
 from kio.schema.errors import ErrorCode
 
 from loglake.dev.harness import DevCluster
+from loglake.segments.records import Record, encode_batch
 from tests.wire import WireClient
 
 RACK = "rack-a"
@@ -360,3 +361,38 @@ def test_kafkajs_admin(pair: DevCluster, admin: AdminClient, kafkajs: Path,
     assert seen["configs"]["cleanup.policy"]["value"] == "delete"
     assert _overrides(admin, topic_name) == {"retention.ms": "3600000"}
     assert [(o["partition"], o["offset"]) for o in seen["offsets"]] == [(0, "2")]
+
+
+# ------------------------------------------------------------- Produce v10-v12 (KIP-951 hints)
+
+
+def test_produce_v10_to_a_follower_names_the_leader(pair: DevCluster, admin: AdminClient,
+                                                    topic_name: str) -> None:
+    futures = admin.create_topics([NewTopic(topic_name, num_partitions=1,
+                                           replica_assignment=[[1]])],
+                                  operation_timeout=10, request_timeout=15)
+    futures[topic_name].result(timeout=20)
+    batch = encode_batch([Record(offset=0, timestamp=int(time.time() * 1000), key=None,
+                                 value=b"v")])
+
+    def produce(broker: int, version: int) -> Any:
+        with _wire(pair, broker) as client:
+            return client.request(0, version, {"acks": 1, "timeout": 5000, "topic_data": [
+                {"name": topic_name, "partition_data": [{"index": 0, "records": batch}]}]})
+
+    with _wire(pair, 2) as client:
+        state = client.request(3, 12, {"topics": [{"name": topic_name}]}).topics[0]
+    epoch = state.partitions[0].leader_epoch
+    for version in (10, 11, 12):
+        wrong = produce(2, version)
+        answer = wrong.responses[0].partition_responses[0]
+        assert answer.error_code == ErrorCode.not_leader_or_follower
+        assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (1, epoch)
+        assert [(n.node_id, n.host, n.port, n.rack) for n in wrong.node_endpoints] == [
+            (1, "127.0.0.1", pair.broker_port(1), RACK)]
+        right = produce(1, version)
+        ok = right.responses[0].partition_responses[0]
+        assert ok.error_code == ErrorCode.none and right.node_endpoints == ()
+        assert (ok.current_leader.leader_id, ok.current_leader.leader_epoch) == (-1, -1)
+    old = produce(2, 9).responses[0].partition_responses[0]
+    assert old.error_code == ErrorCode.not_leader_or_follower  # v9 has no place for hints

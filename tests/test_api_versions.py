@@ -38,7 +38,6 @@ KAFKA_4_0 = {
 message/*Request.json in the kafka-clients 4.0.0 jar), for the APIs this broker may serve."""
 
 DOCUMENTED_DIFFERENCES = {
-    0: (3, 9),   # Produce: v10 needs KIP-951 leader hints; v11-12 are for transactions
     1: (4, 12),  # Fetch: v13+ address topics by id
     2: (0, 7),   # ListOffsets: v0 kept for Burrow; v8-10 (tiered offsets, timeout) not yet
 }
@@ -156,8 +155,7 @@ OUTSIDE = _outside_with_schema()
 
 
 def test_outside_cases_cover_the_interesting_versions() -> None:
-    for case in [(0, 10), (0, 12), (1, 13), (1, 17), (2, 8), (11, 0), (11, 1), (32, 0),
-                 (35, 0)]:
+    for case in [(0, 13), (1, 13), (1, 17), (2, 8), (11, 0), (11, 1), (32, 0), (35, 0)]:
         assert case in OUTSIDE
 
 
@@ -178,11 +176,13 @@ def test_unsupported_version_is_answered_in_that_version(cluster, api_key, versi
 
 def test_unsupported_version_echoes_partitions(cluster) -> None:
     with WireClient.connect(cluster.bootstrap_servers) as client:
-        response = client.request(0, 10, _topic_body(0, "echoed"))
-        assert response.responses[0].name == "echoed"
-        partition = response.responses[0].partition_responses[0]
-        assert (partition.index, partition.error_code) == (0, ErrorCode.unsupported_version)
-        assert "Produce v10 is not supported" in partition.error_message
+        response = client.request(8, 10, _topic_body(8, "echoed"))
+        partition = response.topics[0].partitions[0]
+        assert (partition.partition_index, partition.error_code) == (
+            0, ErrorCode.unsupported_version)
+        offsets = client.request(2, 8, _topic_body(2, "echoed"))
+        assert offsets.topics[0].name == "echoed"
+        assert offsets.topics[0].partitions[0].error_code == ErrorCode.unsupported_version
         fetch = client.request(1, 12, {"max_wait": 0, "topics": []})  # served: v12
         assert fetch.error_code == ErrorCode.none
         old_fetch = client.request(1, 13, _topic_body(1, "echoed"))
@@ -219,7 +219,7 @@ def test_produce_acks_0_at_unsupported_version_closes(cluster) -> None:
     body = _topic_body(0, "t")
     body["acks"] = 0
     with WireClient.connect(cluster.bootstrap_servers) as client:
-        client.send_raw(client.encode(0, 10, body))
+        client.send_raw(client.encode(0, 13, body))
         assert client.is_closed()
     _alive(cluster.bootstrap_servers)
 

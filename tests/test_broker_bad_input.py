@@ -61,7 +61,7 @@ def test_unsupported_api_versions_version_answers_with_table(cluster):
         response = WireClient.decode_response(18, 0, frame)
         assert response.error_code == ErrorCode.unsupported_version
         keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-        assert keys[0] == (3, 9) and keys[1] == (4, 12)
+        assert keys[0] == (3, 12) and keys[1] == (4, 12)
 
 
 def test_unknown_tagged_fields_are_skipped(cluster):

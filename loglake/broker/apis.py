@@ -13,15 +13,13 @@ Where we differ from Kafka 4.0, and why:
   offered, so the lower floor changes nothing for others. Its ceiling is 7: v8-v10 list the
   local log start and the last tiered offset (KIP-405/KIP-1005) and take a timeout for remote
   reads (KIP-1075); not implemented yet.
-* Produce stops at v9 (Kafka 4.0: 3-12): v10 responses must name the new leader and its
-  endpoint on NOT_LEADER_OR_FOLLOWER (KIP-951); v11-v12 exist for transactions, which this
-  broker does not implement.
 * Fetch stops at v12 (Kafka 4.0: 4-17): v13 replaces topic names by topic ids in requests and
   responses (with UNKNOWN_TOPIC_ID/INCONSISTENT_TOPIC_ID rules), v15 moves the replica id into
   ReplicaState (KIP-903), v16 adds KIP-951's leader hints, v17 the replica directory id.
-* The other rows equal Kafka 4.0's, for the APIs this broker has. DescribeConfigs v0 and
-  DescribeLogDirs v0, which Kafka 4.0 removed, are not served, but their senders get a v0
-  response carrying UNSUPPORTED_VERSION (broker/legacy_schemas.py).
+* The other rows equal Kafka 4.0's, for the APIs this broker has (Produce v10+ with KIP-951
+  leader hints: handlers/leader_hints.py). DescribeConfigs v0 and DescribeLogDirs v0, which
+  Kafka 4.0 removed, are not served, but their senders get a v0 response carrying
+  UNSUPPORTED_VERSION (broker/legacy_schemas.py).
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ from loglake.broker.handlers import (
     cluster_admin,
     fetch,
     groups,
+    leader_hints,
     metadata,
     partition_admin,
     produce,
@@ -62,7 +61,7 @@ class Api:
 API_TABLE: dict[int, Api] = {
     api.key: api
     for api in (
-        Api(0, "Produce", 3, 9, produce.produce),
+        Api(0, "Produce", 3, 12, leader_hints.produce),
         Api(1, "Fetch", 4, 12, fetch.fetch),
         Api(2, "ListOffsets", 0, 7, fetch.list_offsets),
         Api(3, "Metadata", 0, 13, metadata.metadata),
