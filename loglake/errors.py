@@ -216,3 +216,10 @@ class EligibleLeadersNotAvailableError(LoglakeError):
     """ElectLeaders (unclean): no live replica can lead the partition."""
 
     code = ErrorCode.eligible_leaders_not_available
+
+
+class NoReassignmentInProgressError(LoglakeError):
+    """AlterPartitionReassignments: a cancellation (null replicas) of a partition that has no
+    reassignment in progress."""
+
+    code = ErrorCode.no_reassignment_in_progress
