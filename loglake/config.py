@@ -90,6 +90,16 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+def _throttled_replicas_problem(value: tuple[str, ...]) -> str | None:
+    """Kafka's ThrottledReplicaListValidator: ``*`` alone, or ``partition:broker`` items."""
+    if value == ("*",) or all(
+            len(parts := item.split(":")) == 2 and all(p.strip().isdigit() for p in parts)
+            for item in value):
+        return None
+    return ("must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
 TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
     key.name: key
     for key in (
@@ -150,8 +160,37 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
                   minimum=0),
         ConfigKey("file.delete.delay.ms", "long", 60000,
                   "Delay before a deleted segment's files are removed.", minimum=0),
+        ConfigKey("leader.replication.throttled.replicas", "list", (),
+                  "Replicas ('partition:broker', or '*' for all) whose replication is "
+                  "throttled on the leader side (leader.replication.throttled.rate) while "
+                  "the fetching follower is not in the ISR.",
+                  check=_throttled_replicas_problem),
+        ConfigKey("follower.replication.throttled.replicas", "list", (),
+                  "Replicas ('partition:broker', or '*' for all) whose replication is "
+                  "throttled on the follower side (follower.replication.throttled.rate) while "
+                  "they are not in the ISR.",
+                  check=_throttled_replicas_problem),
     )
 }
+
+
+DYNAMIC_BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {
+    key.name: key
+    for key in (
+        ConfigKey("leader.replication.throttled.rate", "long", LONG_MAX,
+                  "Bytes per second a leader sends to followers of throttled replicas "
+                  "(leader.replication.throttled.replicas) that are not in the ISR.",
+                  minimum=0),
+        ConfigKey("follower.replication.throttled.rate", "long", LONG_MAX,
+                  "Bytes per second a follower fetches for throttled replicas "
+                  "(follower.replication.throttled.replicas) while not in the ISR.",
+                  minimum=0),
+    )
+}
+"""Broker configs that may change while the broker runs (Kafka's dynamic broker configs):
+set per broker (``/config/brokers/<id>``) or for all brokers (``/config/brokers/<default>``)
+with IncrementalAlterConfigs on a BROKER resource; a per-broker value wins over the cluster
+default, which wins over ``server.properties``."""
 
 
 @dataclass(frozen=True)
@@ -182,6 +221,8 @@ class TopicConfig:
     message_timestamp_after_max_ms: int = LONG_MAX
     message_timestamp_difference_max_ms: int = LONG_MAX
     file_delete_delay_ms: int = 60000
+    leader_replication_throttled_replicas: tuple[str, ...] = ()
+    follower_replication_throttled_replicas: tuple[str, ...] = ()
     overrides: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
@@ -285,6 +326,9 @@ class BrokerConfig:
     # (Kafka's default is 30 s; checking is cheap here and it bounds seal-to-commit latency)
     remote_log_manager_task_interval_ms: int = 500  # remote.log.manager.task.interval.ms
     log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
+    # replication throttles (dynamic: DYNAMIC_BROKER_CONFIG_KEYS; these are the static values)
+    leader_replication_throttled_rate: int = LONG_MAX  # leader.replication.throttled.rate
+    follower_replication_throttled_rate: int = LONG_MAX  # follower.replication.throttled.rate
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)  # log.* overrides
 
     # broker property -> topic config it provides the default for
@@ -333,7 +377,7 @@ class BrokerConfig:
             "group.initial.rebalance.delay.ms", "offsets.retention.minutes",
             "offsets.retention.check.interval.ms", "remote.log.storage.url",
             "remote.log.manager.task.interval.ms", "log.retention.check.interval.ms",
-            *cls._TOPIC_DEFAULT_PROPERTIES,
+            *DYNAMIC_BROKER_CONFIG_KEYS, *cls._TOPIC_DEFAULT_PROPERTIES,
         }
         prefix = cls.STORAGE_OPTION_PREFIX
         storage_options = {k[len(prefix):]: v for k, v in props.items() if k.startswith(prefix)}
@@ -356,6 +400,8 @@ class BrokerConfig:
             if prop in props
         }
         TopicConfig.from_overrides(topic_defaults)  # validate early
+        rates = {name: key.parse(props[name]) if name in props else key.default
+                 for name, key in DYNAMIC_BROKER_CONFIG_KEYS.items()}
         try:
             return cls(
                 broker_id=int(props["broker.id"]),
@@ -400,6 +446,9 @@ class BrokerConfig:
                 log_retention_check_interval_ms=int(
                     props.get("log.retention.check.interval.ms", "300000")
                 ),
+                leader_replication_throttled_rate=rates["leader.replication.throttled.rate"],
+                follower_replication_throttled_rate=rates[
+                    "follower.replication.throttled.rate"],
                 topic_defaults=topic_defaults,
             )
         except ValueError as exc:
