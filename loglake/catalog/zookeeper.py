@@ -4,10 +4,16 @@ Layout (JSON values, as Kafka writes them)::
 
     /brokers/ids/<id>                                ephemeral {"host","port","rack","version"}
     /brokers/topics/<topic>                          {"version":3,"topic_id",
-                                                      "partitions":{"0":[1,2]}}
+                                                      "partitions":{"0":[1,2]},
+                                                      "adding_replicas":{"0":[3]},
+                                                      "removing_replicas":{"0":[1]}}
     /brokers/topics/<topic>/partitions/<p>/state     {"leader","leader_epoch","isr",
                                                       "controller_epoch","version"}
     /config/topics/<topic>                           {"version":1,"config":{name: value}}
+    /config/brokers/<id> and /config/brokers/<default>
+                                                     {"version":1,"config":{name: value}}:
+                                                      dynamic broker configs (replication
+                                                      throttle rates), one broker / all
     /admin/delete_topics/<topic>                     marker while a deletion runs
     /controller (ephemeral), /controller_epoch
     /consumers/<group>/offsets/<topic>/<p>           committed offset, plain decimal (Kafka's
@@ -29,6 +35,16 @@ Adding partitions (CreatePartitions, :meth:`ClusterCatalog.add_partitions`) is o
 too: the assignment znode, conditioned on the version it was read at, and every new partition's
 state znode; a partition is listed in the assignment exactly when its state exists.
 Partition-state writes are conditioned on the znode version (``set_partition_state``).
+
+Reassignment (KIP-455, Kafka's topic-znode form): while partition P moves, ``partitions[P]``
+holds the full replica set RS = target + original (target first), ``adding_replicas[P]`` the
+replicas not in the original set and ``removing_replicas[P]`` those not in the target; both
+maps list only partitions being reassigned (:class:`ReplicaAssignment`). Every change of them
+is one transaction (:meth:`ClusterCatalog.write_replica_assignments`): the topic znode at the
+version it was read, the state znodes it changes at theirs, and the controller epoch when the
+controller writes. A leader's ISR expansion checks the topic znode version it knows
+(``update_partition_state(..., assignment_version=)``), so it never adds a replica that a
+reassignment removed meanwhile.
 
 Errors: kazoo's exceptions do not leave this module for connection trouble. ConnectionLoss,
 SessionExpired and OperationTimeout (and a connect time-out) become
@@ -73,6 +89,8 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -263,6 +281,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
+BROKER_CONFIGS = "/config/brokers"
 DELETE_TOPICS = "/admin/delete_topics"
 STORAGE = "/loglake/storage"
 TIERING = "/loglake/tiering"
@@ -313,8 +332,65 @@ class PartitionState:
 @dataclass(frozen=True)
 class TopicMetadata:
     name: str
-    assignment: dict[int, tuple[int, ...]]  # partition -> replica broker ids
+    assignment: dict[int, tuple[int, ...]]  # partition -> replica broker ids (RS while moving)
     configs: dict[str, str]
+    version: int = -1  # of the assignment znode
+    reassigning: frozenset[int] = frozenset()  # partitions being reassigned
+
+
+@dataclass(frozen=True)
+class ReplicaAssignment:
+    """One partition's replicas as its topic znode holds them (see the module docstring):
+    ``replicas`` is the full set RS, ``adding``/``removing`` are empty unless it moves."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """TRS: where the partition is going (RS without the replicas being removed)."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original(self) -> tuple[int, ...]:
+        """ORS: where it was (RS without the replicas being added)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
+
+
+@dataclass(frozen=True)
+class TopicReplicaAssignments:
+    """Every partition's :class:`ReplicaAssignment` of one topic and the znode version."""
+
+    name: str
+    partitions: dict[int, ReplicaAssignment]
+    version: int
+
+
+def _replica_assignments(name: str, raw: bytes, version: int) -> TopicReplicaAssignments:
+    data = json.loads(raw)
+    adding = data.get("adding_replicas") or {}
+    removing = data.get("removing_replicas") or {}
+    partitions = {
+        int(p): ReplicaAssignment(tuple(replicas), tuple(adding.get(p, ())),
+                                  tuple(removing.get(p, ())))
+        for p, replicas in data["partitions"].items()
+    }
+    return TopicReplicaAssignments(name, dict(sorted(partitions.items())), version)
+
+
+def _transaction_failure(results: list[Any]) -> tuple[int, Exception] | None:
+    """(index, error) of the operation that failed a ZooKeeper multi-op, None if it committed
+    (the other operations report RolledBackError / RuntimeInconsistency)."""
+    for index, result in enumerate(results):
+        if isinstance(result, Exception) and not isinstance(
+                result, (RolledBackError, RuntimeInconsistency)):
+            return index, result
+    return None
 
 
 def _dump(value: Any) -> bytes:
@@ -663,12 +739,13 @@ class ClusterCatalog:
     @_zookeeper_op
     def topic(self, name: str) -> TopicMetadata | None:
         try:
-            raw, _ = self.zk.get(f"{TOPICS}/{name}")
+            raw, stat = self.zk.get(f"{TOPICS}/{name}")
         except NoNodeError:
             return None
-        partitions = json.loads(raw)["partitions"]
-        assignment = {int(p): tuple(replicas) for p, replicas in partitions.items()}
-        return TopicMetadata(name, dict(sorted(assignment.items())), self.topic_config(name))
+        found = _replica_assignments(name, raw, int(stat.version))
+        assignment = {p: a.replicas for p, a in found.partitions.items()}
+        return TopicMetadata(name, assignment, self.topic_config(name), found.version,
+                             frozenset(p for p, a in found.partitions.items() if a.reassigning))
 
     @_zookeeper_op
     def create_topic(
@@ -767,19 +844,107 @@ class ClusterCatalog:
         raise failures[0]
 
     @_zookeeper_op
-    def watch_topic_assignment(self, name: str,
-                               callback: Callable[[frozenset[int]], Any]) -> None:
-        """Call ``callback`` with the topic's partition numbers now and after every change of
-        ``/brokers/topics/<name>`` (on kazoo's thread); stops once the topic is deleted."""
+    def watch_topic_assignment(self, name: str, callback: Callable[[int], Any]) -> None:
+        """Call ``callback`` with the version of ``/brokers/topics/<name>`` now and after every
+        change of it (partitions added, replicas reassigned; on kazoo's thread); stops once
+        the topic is deleted."""
 
-        def on_change(data: bytes | None, _stat: Any) -> bool | None:
+        def on_change(data: bytes | None, stat: Any) -> bool | None:
             if data is None:
                 return False
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                callback(frozenset(int(p) for p in json.loads(data)["partitions"]))
+            callback(int(stat.version))
             return None
 
         self.zk.DataWatch(f"{TOPICS}/{name}")(on_change)
+
+    # ---- replica assignments (reassignment, KIP-455)
+    @_zookeeper_op
+    def replica_assignments(self, name: str) -> TopicReplicaAssignments | None:
+        """Every partition's replicas, adding and removing replicas of ``name`` (None: no such
+        topic, or it is being deleted)."""
+        if self.zk.exists(f"{DELETE_TOPICS}/{name}"):
+            return None
+        try:
+            raw, stat = self.zk.get(f"{TOPICS}/{name}")
+        except NoNodeError:
+            return None
+        return _replica_assignments(name, raw, int(stat.version))
+
+    @_zookeeper_op
+    def ongoing_reassignments(self) -> dict[str, TopicReplicaAssignments]:
+        """The topics with a partition being reassigned (reads every topic znode, not the
+        partition states)."""
+        result = {}
+        for name in self.topic_names():
+            try:
+                raw, stat = self.zk.get(f"{TOPICS}/{name}")
+            except NoNodeError:
+                continue
+            found = _replica_assignments(name, raw, int(stat.version))
+            if any(a.reassigning for a in found.partitions.values()):
+                result[name] = found
+        return result
+
+    @_zookeeper_op
+    def write_replica_assignments(
+        self, name: str, changes: Mapping[int, ReplicaAssignment], version: int,
+        states: Mapping[int, PartitionState] | None = None, *,
+        epoch_version: int | None = None,
+    ) -> int:
+        """Apply ``changes`` to the topic znode of ``name`` and write ``states`` in one
+        transaction (see the module docstring): the topic znode only if still at ``version``,
+        each state only if still at its ``zk_version``, and, with ``epoch_version``, only while
+        ``/controller_epoch`` is at it. Other fields of the topic znode (topic id, other
+        partitions) are kept. Returns the topic znode's new version.
+
+        Raises StaleStateError (the topic or a state changed: read again and decide again),
+        ControllerMovedError, or UnknownTopicError (topic or partition gone)."""
+        path = f"{TOPICS}/{name}"
+        try:
+            raw, stat = self.zk.get(path)
+        except NoNodeError:
+            raise UnknownTopicError(f"Topic '{name}' does not exist.") from None
+        if stat.version != version:
+            raise StaleStateError(f"the assignment of {name} changed concurrently")
+        data = json.loads(raw)
+        partitions = dict(data["partitions"])
+        adding = dict(data.get("adding_replicas") or {})
+        removing = dict(data.get("removing_replicas") or {})
+        for partition, assignment in changes.items():
+            key = str(partition)
+            if key not in partitions:
+                raise UnknownTopicError(f"Partition {name}-{partition} does not exist.")
+            partitions[key] = list(assignment.replicas)
+            for field, values in ((adding, assignment.adding), (removing, assignment.removing)):
+                if values:
+                    field[key] = list(values)
+                else:
+                    field.pop(key, None)
+
+        def ordered(mapping: dict[str, Any]) -> dict[str, Any]:
+            return dict(sorted(mapping.items(), key=lambda item: int(item[0])))
+
+        data.update(partitions=ordered(partitions), adding_replicas=ordered(adding),
+                    removing_replicas=ordered(removing))
+        tx = self.zk.transaction()
+        if epoch_version is not None:
+            tx.check(CONTROLLER_EPOCH, epoch_version)
+        tx.set_data(path, _dump(data), version=version)
+        for partition, state in sorted((states or {}).items()):
+            tx.set_data(f"{path}/partitions/{partition}/state", state.to_json(),
+                        version=state.zk_version)
+        results = tx.commit()
+        failure = _transaction_failure(results)
+        if failure is None:
+            return int(version) + 1
+        index, error = failure
+        if epoch_version is not None and index == 0:
+            raise ControllerMovedError("controller epoch changed: no longer controller")
+        if isinstance(error, NoNodeError):
+            raise UnknownTopicError(f"Topic '{name}' or one of its partitions is gone.")
+        if isinstance(error, BadVersionError):
+            raise StaleStateError(f"the assignment or a state of {name} changed concurrently")
+        raise error
 
     @_zookeeper_op
     def delete_topic(self, name: str) -> None:
@@ -829,6 +994,37 @@ class ClusterCatalog:
             return None
 
         self.zk.DataWatch(f"{TOPIC_CONFIGS}/{name}")(on_change)
+
+    # ---- dynamic broker configs
+    @_zookeeper_op
+    def broker_config(self, entity: str) -> dict[str, str]:
+        """Dynamic configs of broker ``entity`` (its id, or ``<default>`` for all brokers)."""
+        try:
+            raw, _ = self.zk.get(f"{BROKER_CONFIGS}/{entity}")
+        except NoNodeError:
+            return {}
+        return {str(k): str(v) for k, v in json.loads(raw).get("config", {}).items()}
+
+    @_zookeeper_op
+    def set_broker_config(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Replace the dynamic configs of broker ``entity`` (Kafka's znode form)."""
+        self._put(f"{BROKER_CONFIGS}/{entity}", _dump({"version": 1, "config": dict(configs)}))
+
+    @_zookeeper_op
+    def watch_broker_config(self, entity: str,
+                            callback: Callable[[dict[str, str]], Any]) -> None:
+        """Call ``callback`` with the dynamic configs of ``entity`` now and after every change
+        (``{}`` while the znode does not exist; on kazoo's thread)."""
+
+        def on_change(data: bytes | None, _stat: Any) -> None:
+            configs: dict[str, str] = {}
+            if data:
+                with contextlib.suppress(ValueError, AttributeError, TypeError):
+                    configs = {str(k): str(v)
+                               for k, v in json.loads(data).get("config", {}).items()}
+            callback(configs)
+
+        self.zk.DataWatch(f"{BROKER_CONFIGS}/{entity}")(on_change)
 
     # ---- partition state
     @_zookeeper_op
@@ -918,15 +1114,28 @@ class ClusterCatalog:
         self.zk.DataWatch(f"{TOPICS}/{topic}/partitions/{partition}/state")(on_change)
 
     @_zookeeper_op
-    def update_partition_state(self, topic: str, partition: int, state: PartitionState) -> int:
-        """A leader's ISR change: write iff the znode is still at ``state.zk_version``.
+    def update_partition_state(self, topic: str, partition: int, state: PartitionState, *,
+                               assignment_version: int | None = None) -> int:
+        """A leader's ISR change: write iff the znode is still at ``state.zk_version`` (and,
+        with ``assignment_version``, the topic znode still at that version: an ISR expansion
+        must not add a replica a reassignment removed meanwhile).
 
         Raises StaleStateError when someone (controller, new leader) wrote in between.
         """
-        try:
-            return self.set_partition_state(topic, partition, state)
-        except BadVersionError:
-            raise StaleStateError(f"state of {topic}-{partition} changed concurrently") from None
+        if assignment_version is None:
+            try:
+                return self.set_partition_state(topic, partition, state)
+            except BadVersionError:
+                raise StaleStateError(
+                    f"state of {topic}-{partition} changed concurrently") from None
+        tx = self.zk.transaction()
+        tx.check(f"{TOPICS}/{topic}", assignment_version)
+        tx.set_data(f"{TOPICS}/{topic}/partitions/{partition}/state", state.to_json(),
+                    version=state.zk_version)
+        if _transaction_failure(tx.commit()) is not None:
+            raise StaleStateError(f"the state or assignment of {topic}-{partition} changed "
+                                  "concurrently")
+        return state.zk_version + 1
 
     # ---- controller
     @_zookeeper_op
@@ -978,10 +1187,10 @@ class ClusterCatalog:
         tx.check(CONTROLLER_EPOCH, epoch_version)
         tx.set_data(f"{TOPICS}/{topic}/partitions/{partition}/state", state.to_json(),
                     version=state.zk_version)
-        results = tx.commit()
-        if isinstance(results[0], Exception):
+        failure = _transaction_failure(tx.commit())
+        if failure is not None and failure[0] == 0:
             raise ControllerMovedError("controller epoch changed: no longer controller")
-        if isinstance(results[1], Exception):
+        if failure is not None:  # (the epoch check then reports RolledBackError)
             raise StaleStateError(f"state of {topic}-{partition} changed concurrently")
 
     # ---- tiered storage
