@@ -22,6 +22,19 @@ moved after the client's Metadata) the write is conditioned on the state znode v
 as a leader's ISR change is, which is what keeps a concurrent controller decision from being
 overwritten. A write that finds the state changed re-reads and decides again.
 
+Reassignment (KIP-455; decisions in :func:`election.plan_reassignment` and
+:func:`election.complete_reassignment`): AlterPartitionReassignments
+(:meth:`Controller.alter_reassignments`) runs on the receiving broker like ElectLeaders and
+writes, per topic, one transaction: the topic znode's new replica sets with their adding and
+removing replicas (version-checked), plus the states of partitions whose ISR loses replicas at
+once (a cancellation, a superseded target), with the controller epoch check while ACTIVE. The
+brokers react through their assignment watches (new replicas open and fetch, removed ones are
+deleted). The ACTIVE controller completes reassignments in its decision pass, which an ISR
+change of a moving partition triggers (Broker._on_state pokes it): once every target replica
+is in the ISR, one transaction moves the leader if needed, shrinks ISR and replica set to the
+target and clears adding/removing. Partitions being reassigned are left out of the preferred
+leader rebalance, as Kafka does (their leader moves when the reassignment completes).
+
 Runs as a task on the broker's event loop; ZooKeeper calls go through worker threads.
 """
 
@@ -35,7 +48,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from loglake.broker import election
-from loglake.catalog.zookeeper import ControllerMovedError, PartitionState, StaleStateError
+from loglake.catalog.zookeeper import (
+    ControllerMovedError,
+    PartitionState,
+    ReplicaAssignment,
+    StaleStateError,
+    TopicReplicaAssignments,
+)
 from loglake.errors import LoglakeError, RequestTimedOutError, UnknownTopicError
 
 if TYPE_CHECKING:
@@ -48,6 +67,8 @@ ELECTION_ATTEMPTS = 10
 (every attempt lost to a concurrent write of the same state znode)."""
 ElectionResult = dict[election.TopicPartition, int | LoglakeError]
 """(topic, partition) -> the elected leader, or why not."""
+ReassignmentResult = dict[election.TopicPartition, LoglakeError | None]
+"""(topic, partition) -> None when the reassignment (or cancellation) was written, or why not."""
 
 
 class Controller:
@@ -125,11 +146,14 @@ class Controller:
                    if (w.topic, w.partition) not in moved]
         config = broker.config
         moved = {(w.topic, w.partition) for w in writes}
+        ongoing = await broker.zk_call(broker.catalog.ongoing_reassignments)
+        reassigning = {(topic, p) for topic, found in ongoing.items()
+                       for p, a in found.partitions.items() if a.reassigning}
         if (config.auto_leader_rebalance_enable and time.monotonic() - self._last_rebalance
                 >= config.leader_imbalance_check_interval_seconds):
             self._last_rebalance = time.monotonic()
             writes += [w for w in election.preferred_leader_moves(views, live, self.epoch)
-                       if (w.topic, w.partition) not in moved]
+                       if (w.topic, w.partition) not in moved | reassigning]
         complete = True
         for write in writes:
             try:
@@ -142,6 +166,112 @@ class Controller:
                 self.poke()  # re-read and decide again
         if complete:  # a bounce stays "unseen" until every decision about it is written
             self._registrations = {b: info.registration for b, info in registered.items()}
+        written = {(w.topic, w.partition) for w in writes}
+        for found in ongoing.values():
+            await self._complete_reassignments(found, states, live, written)
+
+    async def _complete_reassignments(
+        self, found: TopicReplicaAssignments,
+        states: dict[election.TopicPartition, tuple[tuple[int, ...], PartitionState]],
+        live: set[int], skip: set[election.TopicPartition],
+    ) -> None:
+        """Complete every partition of one topic whose target replicas are all in the ISR,
+        in one transaction (a partition written earlier in this pass waits for the next)."""
+        assert self.epoch is not None
+        changes = []
+        for partition, assignment in found.partitions.items():
+            key = (found.name, partition)
+            if key in skip or key not in states:
+                continue
+            change = election.complete_reassignment(found.name, partition, assignment,
+                                                    states[key][1], live, self.epoch)
+            if change is not None:
+                changes.append(change)
+        if not changes:
+            return
+        try:
+            await self._write_reassignment(found.name, changes, found.version, strict=True)
+        except StaleStateError:
+            self.poke()  # re-read and decide again
+            return
+        for change in changes:
+            log.warning("controller: %s-%d: %s", change.topic, change.partition, change.reason)
+
+    # ------------------------------------------------------------------ reassignment
+    async def alter_reassignments(
+        self, requested: dict[election.TopicPartition, tuple[int, ...] | None]
+    ) -> ReassignmentResult:
+        """Run an AlterPartitionReassignments request (see the module docstring): per
+        partition, the target replicas or None to cancel. Each partition gets None (written)
+        or a typed error."""
+        broker = self.broker
+        live = set(await broker.zk_call(broker.catalog.brokers))
+        by_topic: dict[str, dict[int, tuple[int, ...] | None]] = {}
+        for (topic, partition), target in requested.items():
+            by_topic.setdefault(topic, {})[partition] = target
+        results: ReassignmentResult = {}
+        for topic, wanted in by_topic.items():
+            results.update(await self._reassign_topic(topic, wanted, live))
+        self.poke()
+        return results
+
+    async def _reassign_topic(self, topic: str, wanted: dict[int, tuple[int, ...] | None],
+                              live: set[int]) -> ReassignmentResult:
+        broker = self.broker
+        for _ in range(ELECTION_ATTEMPTS):
+            results: ReassignmentResult = {}
+            found = await broker.zk_call(broker.catalog.replica_assignments, topic)
+            if found is None:
+                return {(topic, p): UnknownTopicError(f"Topic '{topic}' does not exist.")
+                        for p in wanted}
+            states = await broker.zk_call(self._read_states, [(topic, p) for p in wanted])
+            changes = []
+            for partition, target in wanted.items():
+                key = (topic, partition)
+                current = found.partitions.get(partition)
+                if current is None or key not in states:
+                    results[key] = UnknownTopicError(
+                        f"The partition {topic}-{partition} does not exist.")
+                    continue
+                try:
+                    changes.append(election.plan_reassignment(
+                        topic, partition, current, target, states[key][1], live,
+                        self.epoch or 0))
+                except LoglakeError as exc:
+                    results[key] = exc
+            if changes:
+                try:
+                    await self._write_reassignment(topic, changes, found.version)
+                except StaleStateError:
+                    continue
+            for change in changes:
+                results[(topic, change.partition)] = None
+                log.warning("%s-%d: %s", topic, change.partition, change.reason)
+            return results
+        return {(topic, p): LoglakeError(
+            f"The assignment of {topic}-{p} kept changing during the reassignment.")
+            for p in wanted}
+
+    async def _write_reassignment(self, topic: str, changes: list[election.ReassignmentChange],
+                                  version: int, *, strict: bool = False) -> None:
+        """One topic's reassignment changes in one transaction: with the controller epoch
+        check while ACTIVE, else with the znode versions alone (as :meth:`_write`).
+        ``strict`` (the controller's own decisions): ControllerMovedError propagates."""
+        broker = self.broker
+        assignments: dict[int, ReplicaAssignment] = {c.partition: c.assignment for c in changes}
+        states = {c.partition: c.state for c in changes if c.state is not None}
+        if self.epoch is not None:
+            epoch_version = self.epoch_version
+            try:
+                await broker.zk_call(lambda: broker.catalog.write_replica_assignments(
+                    topic, assignments, version, states, epoch_version=epoch_version))
+                return
+            except ControllerMovedError:
+                if strict:
+                    raise
+                self.resign()
+        await broker.zk_call(broker.catalog.write_replica_assignments, topic, assignments,
+                             version, states)
 
     # ------------------------------------------------------------------ ElectLeaders
     async def elect_leaders(

@@ -23,18 +23,33 @@ Rules (Kafka's, ZooKeeper mode):
   partition without a live leader (ELECTION_NOT_NEEDED otherwise): the first live ISR member,
   else the first live replica with an ISR of itself, whatever ``unclean.leader.election.enable``
   says (ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica is alive).
+* **Reassignment** (KIP-455; ``plan_reassignment``, ``complete_reassignment``): with ORS the
+  original replicas, TRS the target, the partition's replica set becomes RS = TRS + ORS
+  (target first), ``adding`` = RS - ORS, ``removing`` = RS - TRS (Kafka's
+  ``ReplicaAssignment.reassignTo``). The new replicas fetch as followers and join the ISR as
+  any follower does. Once every target replica is in the ISR the reassignment completes in one
+  write: the leader stays if it is a live target replica, else the first live target replica
+  leads; the ISR keeps only target replicas; RS = TRS; the leader epoch is bumped when the
+  leader changes or replicas leave (fencing them). A new reassignment of a moving partition
+  starts from its original replicas; replicas of the old target that the new one drops leave
+  the ISR at once (with an epoch bump), as do the adding replicas of a *cancelled*
+  reassignment (null target: back to ORS; NO_REASSIGNMENT_IN_PROGRESS when none runs).
+  Targets are checked as Kafka's ``validateReplicas`` does: not empty, no duplicates, no
+  negative ids, every added replica on a live broker (INVALID_REPLICA_ASSIGNMENT).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, replace
 
-from loglake.catalog.zookeeper import PartitionState
+from loglake.catalog.zookeeper import PartitionState, ReplicaAssignment
 from loglake.errors import (
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
+    InvalidReplicaAssignmentError,
     InvalidRequestError,
+    NoReassignmentInProgressError,
     PreferredLeaderNotAvailableError,
 )
 
@@ -254,3 +269,114 @@ def admin_election(
                           _new_state(state, leader, isr or (leader,), controller_epoch),
                           f"{'' if clean else 'unclean '}election asked for: elected {leader}")
     raise InvalidRequestError(f"Unknown election type {election_type}.")
+
+
+# ------------------------------------------------------------------ reassignment (KIP-455)
+
+
+@dataclass(frozen=True)
+class ReassignmentChange:
+    """One partition's part of a reassignment write: its new assignment and, when replicas
+    leave the ISR or the leader moves, its new state (None: the state stays)."""
+
+    topic: str
+    partition: int
+    assignment: ReplicaAssignment
+    state: PartitionState | None
+    reason: str
+
+
+def reassign_to(current: ReplicaAssignment, target: Sequence[int]) -> ReplicaAssignment:
+    """Kafka's ``reassignTo``: RS = target + original replicas (target first), the replicas
+    to add and to remove. A target equal to the original set (a cancellation) or a reordering
+    of it is not a reassignment: nothing to add or remove."""
+    original = current.original
+    full = tuple(dict.fromkeys((*target, *original)))
+    return ReplicaAssignment(full, tuple(r for r in full if r not in original),
+                             tuple(r for r in full if r not in target))
+
+
+def validate_target(name: str, target: Sequence[int], current: ReplicaAssignment,
+                    live: Set[int]) -> None:
+    """Kafka's ``validateReplicas``; raises InvalidReplicaAssignmentError."""
+    listed = ", ".join(str(r) for r in target)
+    if not target:
+        raise InvalidReplicaAssignmentError(
+            f"Empty replica list specified in partition reassignment of {name}.")
+    if len(set(target)) != len(target):
+        raise InvalidReplicaAssignmentError(
+            f"Duplicate replica ids in partition reassignment replica list: [{listed}].")
+    if any(r < 0 for r in target):
+        raise InvalidReplicaAssignmentError(f"Invalid broker id in replica list: [{listed}].")
+    adding = reassign_to(current, target).adding
+    if not set(adding) <= set(live):
+        raise InvalidReplicaAssignmentError(
+            f"Replica assignment has brokers that are not alive. Replica list: "
+            f"{list(adding)}, live broker list: {sorted(live)}.")
+
+
+def plan_reassignment(
+    topic: str, partition: int, current: ReplicaAssignment, target: Sequence[int] | None,
+    state: PartitionState, live: Set[int], controller_epoch: int,
+) -> ReassignmentChange:
+    """What an AlterPartitionReassignments entry writes (see the module docstring);
+    ``target`` None cancels. Raises NoReassignmentInProgressError or
+    InvalidReplicaAssignmentError."""
+    name = f"{topic}-{partition}"
+    if target is None:
+        if not current.reassigning:
+            raise NoReassignmentInProgressError(
+                f"There is no ongoing reassignment of partition {name} to cancel.")
+        target = current.original
+        what = f"reassignment cancelled: back to {list(target)}"
+    else:
+        validate_target(name, target, current, live)
+        what = f"reassignment to {list(target)}"
+    assignment = reassign_to(current, target)
+    unneeded = set(current.replicas) - set(assignment.replicas)
+    new_state = None
+    if unneeded & ({state.leader} | set(state.isr)):
+        isr = tuple(r for r in state.isr if r not in unneeded)
+        leader = state.leader
+        if leader in unneeded:
+            elected = elect_leader(assignment.replicas, isr, live, unclean=False)
+            if elected is None:
+                raise InvalidReplicaAssignmentError(
+                    f"Cannot apply the {what} of {name}: its leader {leader} would leave and "
+                    f"no remaining replica is alive and in sync ({list(state.isr)}).")
+            leader, isr = elected
+        new_state = replace(state, leader=leader, leader_epoch=state.leader_epoch + 1,
+                            isr=isr or (leader,), controller_epoch=controller_epoch)
+        what += f"; {sorted(unneeded)} leave the ISR"
+    return ReassignmentChange(topic, partition, assignment, new_state, what)
+
+
+def complete_reassignment(
+    topic: str, partition: int, assignment: ReplicaAssignment, state: PartitionState,
+    live: Set[int], controller_epoch: int,
+) -> ReassignmentChange | None:
+    """The write that finishes a reassignment once every target replica is in the ISR (see
+    the module docstring); None while it cannot finish yet (or there is none)."""
+    if not assignment.reassigning:
+        return None
+    target = assignment.target
+    if not set(target) <= set(state.isr):
+        return None
+    if state.leader in target and state.leader in live:
+        leader = state.leader
+    else:
+        candidates = [r for r in target if r in live]
+        if not candidates:
+            return None
+        leader = candidates[0]
+    isr = tuple(r for r in state.isr if r in target)
+    new_state = None
+    if leader != state.leader or isr != state.isr:
+        new_state = replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr,
+                            controller_epoch=controller_epoch)
+    reason = f"reassignment to {list(target)} complete"
+    if leader != state.leader:
+        reason += f": leadership {state.leader} -> {leader}"
+    if assignment.removing:
+        reason += f"; {list(assignment.removing)} removed"
+    return ReassignmentChange(topic, partition, ReplicaAssignment(target), new_state, reason)
