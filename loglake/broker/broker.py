@@ -25,7 +25,15 @@ Replica roles come from the partition-state znodes: a DataWatch per hosted parti
 :meth:`Broker._apply_state` on the event loop. Leaders track followers and maintain the ISR
 (version-checked writes of the state znode, same epoch); followers fetch through one
 :class:`ReplicaFetcher` per leader. Topic creation/deletion reaches every broker through a
-ChildrenWatch on ``/brokers/topics`` (:meth:`Broker.reconcile`).
+ChildrenWatch on ``/brokers/topics`` (:meth:`Broker.reconcile`); partitions added to a topic and
+replicas reassigned (KIP-455) through a DataWatch on each topic's assignment znode: a replica
+newly assigned here opens and fetches (an empty one starts at the leader's local log start, see
+replica_fetcher.py), one no longer assigned here stops and its directory is deleted
+(:meth:`Broker._remove_replica`, Kafka's StopReplica with delete), also at start-up for
+directories left by a reassignment that completed while this broker was down. A leader's ISR
+expansion is conditioned on the assignment version it knows, so it never re-adds a replica a
+reassignment just removed. Replication throttle rates are dynamic broker configs, watched in
+``/config/brokers/<id>`` and ``/config/brokers/<default>`` (broker/replication_quota.py).
 
 Thread-safety: all mutable state is touched only on the event loop thread; kazoo callbacks hop
 onto it with ``call_soon_threadsafe``; blocking ZooKeeper calls run in worker threads
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import shutil
@@ -52,6 +61,7 @@ from loglake.broker.controller import Controller
 from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.partition import Partition, Role
 from loglake.broker.replica_fetcher import ReplicaFetcher
+from loglake.broker.replication_quota import DEFAULT_ENTITY, ReplicationQuotas, effective_rates
 from loglake.broker.tiering import Tierer
 from loglake.catalog.zookeeper import (
     RETRY_MAX_DELAY_S,
@@ -102,6 +112,9 @@ class Broker:
         # every broker's offline replicas, from ZooKeeper: (topic, partition) -> broker ids
         self.offline_replicas: dict[tuple[str, int], frozenset[int]] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.replication_quotas = ReplicationQuotas(config.broker_id)
+        self._dynamic_configs: dict[str, dict[str, str]] = {}  # entity -> /config/brokers/..
+        self._apply_broker_configs()
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
         self.tierer = Tierer(self)
@@ -139,6 +152,10 @@ class Broker:
                             self._on_controller_change)
         await self._zk_step("watching offline replicas", self.catalog.watch_offline_replicas,
                             self._on_offline_replicas)
+        for entity in (DEFAULT_ENTITY, str(self.config.broker_id)):
+            await self._zk_step("watching dynamic broker configs",
+                                self.catalog.watch_broker_config, entity,
+                                self._broker_config_watcher(entity))
         await self._refresh_brokers_now()
         await self._reconcile_waiting()
         await self._zk_step("watching /brokers/topics", self.catalog.watch_topics,
@@ -358,6 +375,19 @@ class Broker:
                                                        self._state_watcher(name, index))
             self.topics[name] = meta
             for index, replicas in meta.assignment.items():
+                key = (name, index)
+                if self.config.broker_id not in replicas:
+                    if key in self.partitions or key in self.offline_partitions:
+                        self._remove_replica(name, index)  # reassigned away
+                    elif known is None and self.partition_dir(name, index).is_dir():
+                        log.warning("%s-%d is not assigned to this broker (reassigned while "
+                                    "it was down): deleting its local copy", name, index)
+                        self._delete_directory(self.partition_dir(name, index))
+                    continue
+                hosted = self.partitions.get(key)
+                if hosted is not None and hosted.replicas != replicas:
+                    hosted.set_replicas(replicas)
+                    log.info("%s: replicas now %s", hosted.name, list(replicas))
                 if (self.config.broker_id in replicas and (name, index) not in self.partitions
                         and (name, index) not in self.offline_partitions):
                     self._open_partition(name, index, replicas)
@@ -367,15 +397,64 @@ class Broker:
         for name in set(self.topics) - names:
             self._drop_topic(name)
 
-    def _assignment_watcher(self, topic: str) -> Callable[[frozenset[int]], None]:
-        """Partitions added to ``topic`` (CreatePartitions) make every broker reconcile."""
+    def _assignment_watcher(self, topic: str) -> Callable[[int], None]:
+        """Partitions added to ``topic`` (CreatePartitions) and replicas reassigned make every
+        broker reconcile (the callback gets the assignment znode's version)."""
 
-        def changed(partitions: frozenset[int]) -> None:
+        def changed(version: int) -> None:
             known = self.topics.get(topic)
-            if known is not None and partitions != frozenset(known.assignment):
+            if known is not None and version != known.version:
                 self._schedule_reconcile()
 
-        return lambda partitions: self.run_soon(lambda: changed(partitions))
+        return lambda version: self.run_soon(lambda: changed(version))
+
+    def _remove_replica(self, topic: str, index: int) -> None:
+        """This broker's replica of ``topic``-``index`` was reassigned away: stop fetching it,
+        close it and delete its directory (renamed aside at once, removed in a worker thread,
+        so the event loop does not wait for the file system)."""
+        key = (topic, index)
+        for fetcher in self.fetchers.values():
+            fetcher.remove(key)
+        partition = self.partitions.pop(key, None)
+        if partition is not None:
+            try:
+                partition.close()
+            except Exception:
+                log.exception("closing %s failed", partition.name)
+        if self.offline_partitions.pop(key, None) is not None:
+            self._spawn(self._publish_offline(topic, index, False))
+        self._delete_directory(self.partition_dir(topic, index))
+        log.warning("%s-%d: replica reassigned away from this broker; its local copy is "
+                    "deleted", topic, index)
+
+    def _delete_directory(self, directory: Path) -> None:
+        """Rename ``directory`` to ``<name>.<ms>.deleted`` and remove it in a worker thread."""
+        aside = directory.with_name(f"{directory.name}.{int(time.time() * 1000)}.deleted")
+        try:
+            directory.rename(aside)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            log.warning("could not move %s aside for deletion: %s", directory, exc)
+            aside = directory
+        self._spawn(asyncio.to_thread(shutil.rmtree, aside, True))
+
+    def _broker_config_watcher(self, entity: str) -> Callable[[dict[str, str]], None]:
+        return lambda configs: self.run_soon(lambda: self._apply_broker_configs(entity, configs))
+
+    def _apply_broker_configs(self, entity: str | None = None,
+                              configs: dict[str, str] | None = None) -> None:
+        """Dynamic broker configs of ``entity`` changed (or, without arguments, start-up):
+        recompute the replication throttle rates (see replication_quota.effective_rates)."""
+        if entity is not None:
+            self._dynamic_configs[entity] = dict(configs or {})
+        static = {"leader.replication.throttled.rate":
+                  self.config.leader_replication_throttled_rate,
+                  "follower.replication.throttled.rate":
+                  self.config.follower_replication_throttled_rate}
+        self.replication_quotas.apply(effective_rates(
+            static, self._dynamic_configs.get(DEFAULT_ENTITY, {}),
+            self._dynamic_configs.get(str(self.config.broker_id), {})))
 
     def _topic_id(self, name: str) -> uuid.UUID:
         try:
@@ -525,6 +604,9 @@ class Broker:
         partition = self.partitions.get(key)
         if partition is not None:
             self._apply_state(partition, state)
+        meta = self.topics.get(topic)
+        if self.controller.active and meta is not None and index in meta.reassigning:
+            self.controller.poke()  # an ISR change may complete the reassignment
 
     async def _reload_all_states(self) -> None:
         for (topic, index), (_replicas, state) in (
@@ -608,9 +690,16 @@ class Broker:
                                           partition.replicas, lagging, caught_up)
                 if new is None:
                     continue
+                # an expansion holds only while the assignment is the one we know (a
+                # reassignment may have removed the replica meanwhile)
+                meta = self.topics.get(partition.topic)
+                guard = (meta.version if meta is not None and set(new.isr) - set(
+                    partition.state.isr) else None)
                 try:
-                    version = await self.zk_call(self.catalog.update_partition_state,
-                                                 partition.topic, partition.index, new)
+                    version = await self.zk_call(
+                        functools.partial(self.catalog.update_partition_state,
+                                          assignment_version=guard),
+                        partition.topic, partition.index, new)
                 except StaleStateError:
                     continue  # the watch brings the newer state
                 log.warning("%s: ISR %s -> %s", partition.name, list(partition.isr),

@@ -151,6 +151,8 @@ class Partition:
                         progress = self.followers.get(replica)
                         if progress is not None:
                             progress.last_fetch_ms = 0.0
+                        if replica not in self.replicas:  # reassigned away (set_replicas)
+                            self.followers.pop(replica, None)
                 self._maybe_advance_hw()  # the ISR may have shrunk
             return False
         new_leader = (
@@ -175,6 +177,21 @@ class Partition:
             for replica in self.replicas if replica != self.broker_id
         }
         self._maybe_advance_hw()
+
+    def set_replicas(self, replicas: tuple[int, ...]) -> None:
+        """The assignment changed (a reassignment added or removed replicas). As leader, new
+        followers are tracked from now on (they join the ISR once caught up, as any follower);
+        a removed one is forgotten once it is out of the ISR: until the state drops it, it
+        still counts for the high watermark, so acks=all never loses a member silently."""
+        self.replicas = replicas
+        if self.role is not Role.LEADER:
+            return
+        for replica in replicas:
+            if replica != self.broker_id and replica not in self.followers:
+                self.followers[replica] = FollowerProgress(last_caught_up_ms=self.clock() * 1000)
+        for replica in list(self.followers):
+            if replica not in replicas and replica not in self.isr:
+                del self.followers[replica]
 
     def require_leader(self) -> None:
         if self.role is not Role.LEADER:

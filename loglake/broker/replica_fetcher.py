@@ -14,6 +14,18 @@ Protocol per partition (KIP-101 / KIP-279, as Kafka's ReplicaFetcherThread):
    ``maybeIncrementLogStartOffset``: DeleteRecords and retention on the leader reach every
    replica; our fetches report our log start back, for the leader's low watermark). An offset
    mismatch sends the partition back to step 1.
+3. **Start at the leader's local log start.** A replica whose log ends below the leader's log
+   start -- a new replica (a reassignment added it; its log is empty) or one that fell behind
+   retention -- gets OFFSET_OUT_OF_RANGE carrying the leader's *local* log start (follower
+   fetches never read the Delta table) and restarts its log empty at that offset
+   (``truncate_fully_and_start_at``), one round trip after it was added. With tiering and
+   local retention the copy therefore holds only the leader's local tail: offsets below it stay
+   in the topic's table, which serves consumer fetches there on whichever replica leads.
+
+Throttling (broker/replication_quota.py): while this replica is not in the ISR and its topic's
+``follower.replication.throttled.replicas`` names it, its fetches draw on the broker's
+``follower.replication.throttled.rate``: left out of the request while the bucket is in debt,
+asking for at most what the bucket holds otherwise; the bytes received are recorded.
 
 Connection errors close the connection and retry after a short pause; partitions whose leader
 changes are moved to another fetcher by the broker (:meth:`ReplicaFetcher.remove`).
@@ -188,7 +200,25 @@ class ReplicaFetcher:
             del self.truncating[key]
 
     async def _fetch(self, connection: BrokerConnection) -> None:
-        fetching = {k: p for k, p in self.partitions.items() if k not in self.truncating}
+        quotas = self.broker.replication_quotas
+        fetching: dict[Key, Partition] = {}
+        limits: dict[Key, int] = {}
+        throttled: set[Key] = set()
+        for key, partition in self.partitions.items():
+            if key in self.truncating:
+                continue
+            limit = PARTITION_MAX_BYTES
+            if quotas.follower_throttles(partition):
+                allowance = quotas.follower.available()
+                if allowance <= 0:
+                    continue  # over follower.replication.throttled.rate: not this round
+                limit = min(limit, allowance)
+                throttled.add(key)
+            fetching[key] = partition
+            limits[key] = limit
+        if not fetching:
+            await asyncio.sleep(min(max(quotas.follower.delay_s(), 0.01), RETRY_PAUSE_S))
+            return
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, index), partition in fetching.items():
             topics.setdefault(topic, []).append({
@@ -196,7 +226,7 @@ class ReplicaFetcher:
                 "fetch_offset": partition.log.log_end_offset,
                 "log_start_offset": partition.log.log_start_offset,
                 "last_fetched_epoch": partition.last_fetched_epoch(),
-                "partition_max_bytes": PARTITION_MAX_BYTES,
+                "partition_max_bytes": limits[(topic, index)],
             })
         response = await connection.request(1, 12, {
             "replica_id": self.broker.config.broker_id, "max_wait": FETCH_MAX_WAIT_MS,
@@ -209,6 +239,8 @@ class ReplicaFetcher:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)
                 fetched = fetching.get(key)
+                if key in throttled:
+                    quotas.follower.record(len(data.records or b""))
                 if fetched is None or not self._current(key, fetched):
                     continue
                 backoff |= self._handle_fetched(key, fetched, data)
@@ -241,7 +273,10 @@ class ReplicaFetcher:
                          leader_start)
             return False
         if error == ErrorCode.offset_out_of_range:
-            if data.log_start_offset > partition.log.log_end_offset:
+            if data.log_start_offset > partition.log.log_end_offset:  # step 3
+                log.info("%s: log ends at %d, below the leader's local log start %d: starting "
+                         "the local log there (older offsets stay in the table)",
+                         partition.name, partition.log.log_end_offset, data.log_start_offset)
                 partition.log.truncate_fully_and_start_at(data.log_start_offset)
             else:
                 self.truncating[key] = 0

@@ -11,6 +11,11 @@ Tiered storage: a consumer fetch below the local log start is answered from the 
 table (broker/tiering.py re-encodes the original batches), and the log start offset consumers
 see (Fetch, ListOffsets earliest) is the table's first offset. Follower fetches never read the
 table: below the leader's local log start they get OFFSET_OUT_OF_RANGE and restart there.
+
+Replication throttle (broker/replication_quota.py): a follower fetch of a partition this leader
+throttles (``leader.replication.throttled.replicas`` names it, the follower is not in the ISR,
+``leader.replication.throttled.rate`` is set) gets at most what the leader's bucket holds (no
+records while it is in debt: the long poll waits), and the bytes sent are recorded.
 """
 
 from __future__ import annotations
@@ -149,12 +154,19 @@ def _collect(
                         f"{partition.log.log_end_offset}]."
                     )
                 limit = min(wanted.partition_max_bytes, budget - total)
+                quotas = broker.replication_quotas
+                throttled = replica >= 0 and quotas.leader_throttles(partition, replica)
+                if throttled:
+                    limit = min(limit, quotas.leader.available())
                 records = b""
                 visible = partition.high_watermark if replica < 0 else partition.log.log_end_offset
-                if wanted.fetch_offset < visible and (limit > 0 or total == 0):
+                if wanted.fetch_offset < visible and (limit > 0 or (total == 0
+                                                                    and not throttled)):
                     records = partition.read(wanted.fetch_offset, max(limit, 0),
                                              min_one_batch=total == 0,
                                              committed_only=replica < 0)
+                if throttled:
+                    quotas.leader.record(len(records))
                 entry["records"] = records
                 entry["error_code"] = ErrorCode.none
                 total += len(records)
