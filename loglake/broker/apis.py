@@ -37,6 +37,7 @@ from loglake.broker.handlers import (
     metadata,
     partition_admin,
     produce,
+    reassignment,
 )
 
 if TYPE_CHECKING:
@@ -87,6 +88,9 @@ API_TABLE: dict[int, Api] = {
         Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
         Api(43, "ElectLeaders", 0, 2, partition_admin.elect_leaders),
         Api(44, "IncrementalAlterConfigs", 0, 1, admin.incremental_alter_configs),
+        Api(45, "AlterPartitionReassignments", 0, 0,
+            reassignment.alter_partition_reassignments),
+        Api(46, "ListPartitionReassignments", 0, 0, reassignment.list_partition_reassignments),
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
         Api(60, "DescribeCluster", 0, 2, cluster_admin.describe_cluster),
     )

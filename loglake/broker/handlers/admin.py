@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.handlers import broker_configs
 from loglake.broker.topics import assign_replicas, validate_topic_name
 from loglake.config import TOPIC_CONFIG_KEYS, TopicConfig
 from loglake.errors import (
@@ -203,7 +204,8 @@ async def describe_configs(broker: Broker, frame: RequestFrame) -> Any:
                     for key in keys if key in TOPIC_CONFIG_KEYS
                 ]
             elif resource.resource_type == RESOURCE_BROKER:
-                result["configs"] = _broker_configs(broker, resource.configuration_keys)
+                result["configs"] = _broker_configs(broker, resource.configuration_keys) + \
+                    broker_configs.describe_dynamic(broker, resource.configuration_keys)
             else:
                 raise InvalidRequestError(
                     f"Unsupported resource type {resource.resource_type}."
@@ -241,9 +243,16 @@ async def incremental_alter_configs(broker: Broker, frame: RequestFrame) -> Any:
         result: dict[str, Any] = {"resource_type": resource.resource_type,
                                   "resource_name": resource.resource_name}
         try:
+            if resource.resource_type == RESOURCE_BROKER:  # the dynamic ones (throttle rates)
+                await broker_configs.alter_broker_configs(
+                    broker, resource.resource_name, resource.configs,
+                    validate_only=request.validate_only)
+                result["error_code"] = ErrorCode.none
+                results.append(result)
+                continue
             if resource.resource_type != RESOURCE_TOPIC:
                 raise InvalidRequestError(
-                    "Only topic configs can be altered (broker configs are static)."
+                    "Only topic and broker configs can be altered."
                 )
             name = resource.resource_name
             if name not in broker.topics:

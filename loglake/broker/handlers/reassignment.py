@@ -1,0 +1,112 @@
+"""AlterPartitionReassignments (45) and ListPartitionReassignments (46), KIP-455.
+
+* **AlterPartitionReassignments** (:func:`alter_partition_reassignments`): per partition, the
+  target replicas, or null to cancel a reassignment in progress. The decisions and writes are
+  Controller.alter_reassignments' (broker/election.py says the rules); the answer comes once the
+  reassignment is *recorded* in ZooKeeper, not when it completes, as in Kafka. Errors per
+  partition: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (empty, duplicate, negative,
+  or a new replica on a broker that is not alive), NO_REASSIGNMENT_IN_PROGRESS (cancelling
+  nothing); a partition named twice in one request takes its last entry. ZooKeeper trouble
+  answers the top-level error (REQUEST_TIMED_OUT, retriable) with every partition carrying it.
+  Served on any broker (decisions are version-checked), so a client that sends it to the
+  controller Metadata names, as Kafka's clients do, is served there.
+* **ListPartitionReassignments** (:func:`list_partition_reassignments`): the partitions being
+  reassigned, with the full replica set and the replicas being added and removed, read from the
+  topic znodes; null topics lists every one, otherwise only the named partitions that are
+  moving (others, and unknown topics, are left out, as in Kafka).
+
+Only v0 of each is served: Kafka 4.0's ceiling (v1 of AlterPartitionReassignments, KIP-860's
+``allow_replication_factor_change``, came with Kafka 4.1).
+
+Handlers translate requests and responses only; runs on the event loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.catalog.zookeeper import TopicReplicaAssignments
+from loglake.errors import LoglakeError
+
+if TYPE_CHECKING:
+    from loglake.broker.broker import Broker
+
+ALTER_KEY = 45
+LIST_KEY = 46
+
+
+async def alter_partition_reassignments(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    cls = response_class(ALTER_KEY, frame.api_version)
+    wanted: dict[tuple[str, int], tuple[int, ...] | None] = {}
+    for topic in request.topics:
+        for partition in topic.partitions:
+            wanted[(topic.name, partition.partition_index)] = (
+                None if partition.replicas is None else tuple(int(r) for r in partition.replicas))
+    try:
+        results: dict[tuple[str, int], LoglakeError | None] = (
+            await broker.controller.alter_reassignments(wanted))
+        top: LoglakeError | None = None
+    except LoglakeError as exc:  # ZooKeeper unavailable: every partition says so
+        results = dict.fromkeys(wanted, exc)
+        top = exc
+    responses = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            error = results.get((topic.name, partition.partition_index))
+            partitions.append({
+                "partition_index": partition.partition_index,
+                "error_code": ErrorCode.none if error is None else error.code,
+                "error_message": None if error is None else error.message,
+            })
+        responses.append({"name": topic.name, "partitions": partitions})
+    return build(cls, {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none if top is None else top.code,
+        "error_message": None if top is None else top.message,
+        "responses": responses,
+    })
+
+
+async def list_partition_reassignments(broker: Broker, frame: RequestFrame) -> Any:
+    request = frame.body
+    cls = response_class(LIST_KEY, frame.api_version)
+    found: dict[str, TopicReplicaAssignments] = {}
+    wanted: dict[str, set[int]] | None = None
+    try:
+        if request.topics is None:
+            found = await broker.zk_call(broker.catalog.ongoing_reassignments)
+        else:
+            wanted = {}
+            for topic in request.topics:
+                wanted.setdefault(topic.name, set()).update(topic.partition_indexes)
+                if topic.name not in found:
+                    assignments = await broker.zk_call(broker.catalog.replica_assignments,
+                                                       topic.name)
+                    if assignments is not None:
+                        found[topic.name] = assignments
+    except LoglakeError as exc:
+        return build(cls, {"throttle_time": 0, "error_code": exc.code,
+                           "error_message": exc.message, "topics": []})
+    return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
+                       "topics": ongoing_topics(found, wanted)})
+
+
+def ongoing_topics(found: dict[str, TopicReplicaAssignments],
+                   wanted: dict[str, set[int]] | None) -> list[dict[str, Any]]:
+    """The response's topics: partitions being reassigned (of ``wanted``, when given)."""
+    topics = []
+    for name, assignments in sorted(found.items()):
+        partitions = [
+            {"partition_index": index, "replicas": list(a.replicas),
+             "adding_replicas": list(a.adding), "removing_replicas": list(a.removing)}
+            for index, a in assignments.partitions.items()
+            if a.reassigning and (wanted is None or index in wanted.get(name, ()))
+        ]
+        if partitions:
+            topics.append({"name": name, "partitions": partitions})
+    return topics
