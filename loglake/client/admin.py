@@ -198,10 +198,8 @@ class Admin:
         """
         limit = self._limit(timeout)
         operation = f"add partitions to topic {topic!r}"
-        request = NewPartitions(
-            topic, total,
-            replica_assignment=None if assignments is None else [list(a) for a in assignments],
-        )
+        request = (NewPartitions(topic, total) if assignments is None else
+                   NewPartitions(topic, total, replica_assignment=[list(a) for a in assignments]))
         futures = self._admin.create_partitions(
             [request], validate_only=validate_only, request_timeout=limit,
             operation_timeout=limit,
@@ -259,16 +257,21 @@ class Admin:
         limit = self._limit(timeout)
         kind = ElectionType.PREFERRED if election == "preferred" else ElectionType.UNCLEAN
         operation = f"{election} leader election"
+        # confluent-kafka 2.16's binding rejects every keyword argument of elect_leaders (its
+        # argument parser lists fewer keywords than formats): librdkafka's default timeouts
+        # apply, and _wait bounds the call
         future = self._admin.elect_leaders(
-            kind, None if partitions is None else [TopicPartition(t, p) for t, p in partitions],
-            request_timeout=limit, operation_timeout=limit,
-        )
+            kind, None if partitions is None else [TopicPartition(t, p) for t, p in partitions])
         found: dict[TopicPartition, Any] = self._wait(future, operation, limit)
         result: dict[TopicPartitionKey, LoglakeError | None] = {}
         for tp, error in found.items():
             where = f"{operation}, {tp.topic}[{tp.partition}]"
-            result[(tp.topic, tp.partition)] = (
-                None if error is None else from_exception(error, where))
+            if error is None:
+                result[(tp.topic, tp.partition)] = None
+            elif isinstance(error, KafkaError):  # what confluent-kafka 2.16 puts there
+                result[(tp.topic, tp.partition)] = from_kafka_error(error, where)
+            else:
+                result[(tp.topic, tp.partition)] = from_exception(error, where)
         return dict(sorted(result.items()))
 
     def list_topics(self, *, timeout: float | None = None) -> dict[str, TopicInfo]:
