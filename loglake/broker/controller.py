@@ -65,8 +65,10 @@ RESCAN_S = 2.0
 ELECTION_ATTEMPTS = 10
 """Reads and decisions per partition of one ElectLeaders before it answers with the conflict
 (every attempt lost to a concurrent write of the same state znode)."""
-ElectionResult = dict[election.TopicPartition, int | LoglakeError]
-"""(topic, partition) -> the elected leader, or why not."""
+ELECTION_WAIT_MAX_S = 30.0
+"""Longest an ElectLeaders answer waits for the broker's metadata to show what it wrote."""
+ElectionResult = dict[election.TopicPartition, PartitionState | LoglakeError]
+"""(topic, partition) -> the state written (its leader elected), or why not."""
 ReassignmentResult = dict[election.TopicPartition, LoglakeError | None]
 """(topic, partition) -> None when the reassignment (or cancellation) was written, or why not."""
 
@@ -278,7 +280,8 @@ class Controller:
         self, partitions: Iterable[election.TopicPartition] | None, election_type: int
     ) -> ElectionResult:
         """Run an ElectLeaders request (see the module docstring); ``partitions`` None: every
-        partition of every topic. Each partition gets its new leader or a typed error."""
+        partition of every topic. Each partition gets the state written (with its new leader)
+        or a typed error; partitions this broker's metadata does not know are not looked up."""
         broker = self.broker
         registered = await broker.zk_call(broker.catalog.brokers)
         if partitions is None:
@@ -286,7 +289,9 @@ class Controller:
             wanted = sorted(states)
         else:
             wanted = list(dict.fromkeys(partitions))
-            states = await broker.zk_call(self._read_states, wanted)
+            known = [key for key in wanted if key[0] in broker.topics
+                     and key[1] in broker.topics[key[0]].assignment]
+            states = await broker.zk_call(self._read_states, known) if known else {}
         results: ElectionResult = {}
         for key in wanted:
             found = states.get(key)
@@ -310,7 +315,7 @@ class Controller:
                     break
                 log.warning("%s-%d: %s (epoch %d)", key[0], key[1], write.reason,
                             write.state.leader_epoch)
-                results[key] = write.state.leader
+                results[key] = write.state
                 break
             else:
                 results[key] = LoglakeError(
@@ -350,16 +355,18 @@ class Controller:
         return result
 
     async def await_elected(self, results: ElectionResult, timeout: float) -> ElectionResult:
-        """Wait (at most ``timeout`` s) until this broker's metadata shows every elected leader,
-        so a client's next Metadata request sees it (Kafka's DelayedElectLeader); partitions
-        still not shown then answer REQUEST_TIMED_OUT."""
+        """Wait (at most ``timeout`` s, ELECTION_WAIT_MAX_S) until this broker's metadata shows
+        every state written, or a later one, so a client's next Metadata request sees the new
+        leader (Kafka's DelayedElectLeader); partitions still not shown then answer
+        REQUEST_TIMED_OUT."""
         broker = self.broker
-        deadline = time.monotonic() + max(timeout, 0.0)
+        deadline = time.monotonic() + min(max(timeout, 0.0), ELECTION_WAIT_MAX_S)
 
         def pending() -> list[election.TopicPartition]:
-            return [key for key, leader in results.items() if isinstance(leader, int)
-                    and (state := broker.partition_states.get(key)) is not None
-                    and state.leader != leader]
+            return [key for key, written in results.items()
+                    if isinstance(written, PartitionState)
+                    and ((state := broker.partition_states.get(key)) is None
+                         or state.leader_epoch < written.leader_epoch)]
 
         while pending() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)

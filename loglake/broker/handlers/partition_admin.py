@@ -115,7 +115,10 @@ async def grow_topic(broker: Broker, name: str, count: int,
                      manual: Sequence[Sequence[int]] | None, *,
                      validate_only: bool = False) -> Assignment:
     """Validate and (unless ``validate_only``) add partitions to ``name`` so it has ``count``;
-    the new partitions' assignment back. Raises LoglakeError subclasses."""
+    the new partitions' assignment back. A topic this broker's metadata does not know is not
+    looked up. Raises LoglakeError subclasses."""
+    if name not in broker.topics:
+        raise UnknownTopicError(f"The topic '{name}' does not exist.")
     for _ in range(GROW_ATTEMPTS):
         found = await broker.zk_call(broker.catalog.topic_assignment, name)
         if found is None:
@@ -136,14 +139,18 @@ async def grow_topic(broker: Broker, name: str, count: int,
                               hint="retry the request")
 
 
-async def _await_metadata(broker: Broker, name: str, partitions: Sequence[int],
+async def _await_metadata(broker: Broker, added: Mapping[str, Sequence[int]],
                           timeout_s: float) -> None:
-    """Wait (bounded) until this broker's metadata lists ``partitions`` of ``name``."""
+    """Wait (bounded) until this broker's metadata lists the ``added`` partitions."""
     deadline = time.monotonic() + min(max(timeout_s, 0.0), METADATA_WAIT_S)
-    while time.monotonic() < deadline:
+
+    def listed(name: str, partitions: Sequence[int]) -> bool:
         meta = broker.topics.get(name)
-        if meta is not None and all(p in meta.assignment and (name, p) in broker.partition_states
-                                    for p in partitions):
+        return meta is not None and all(
+            p in meta.assignment and (name, p) in broker.partition_states for p in partitions)
+
+    while time.monotonic() < deadline:
+        if all(listed(name, partitions) for name, partitions in added.items()):
             return
         await asyncio.sleep(0.02)
 
@@ -155,6 +162,7 @@ async def create_partitions(broker: Broker, frame: RequestFrame) -> Any:
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
     results = []
+    added: dict[str, list[int]] = {}
     for topic in request.topics:
         result: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none,
                                   "error_message": None}
@@ -166,10 +174,12 @@ async def create_partitions(broker: Broker, frame: RequestFrame) -> Any:
             additions = await grow_topic(broker, topic.name, topic.count, manual,
                                          validate_only=request.validate_only)
             if not request.validate_only:
-                await _await_metadata(broker, topic.name, sorted(additions), timeout_s)
+                added[topic.name] = sorted(additions)
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
         results.append(result)
+    if added:
+        await _await_metadata(broker, added, timeout_s)
     return build(response_class(37, frame.api_version), {"results": results})
 
 
@@ -226,8 +236,9 @@ async def elect_leaders(broker: Broker, frame: RequestFrame) -> Any:
 
 
 def _election_results(
-    results: Mapping[tuple[str, int], int | LoglakeError],
+    results: Mapping[tuple[str, int], object],
 ) -> list[dict[str, Any]]:
+    """Response entries of ElectLeaders outcomes (an error, or anything else: elected)."""
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), outcome in results.items():
         error = outcome if isinstance(outcome, LoglakeError) else None
