@@ -1,6 +1,11 @@
 """Cluster administration: topics (create, delete, list, describe, configs, add partitions),
-records (delete below an offset), leader elections, consumer groups (list, describe, committed
-offsets, reset, delete) and partition offset look-ups.
+records (delete below an offset), leader elections, partition reassignments and the dynamic
+broker configs that throttle them, consumer groups (list, describe, committed offsets, reset,
+delete) and partition offset look-ups.
+
+Partition reassignments (AlterPartitionReassignments, ListPartitionReassignments) are sent as
+raw Kafka requests (``loglake.client._wire``) to the controller that Metadata names, since
+confluent-kafka has no call for them; everything else goes through confluent-kafka.
 
 Every call is bounded by a timeout (the object's ``timeout`` unless the call passes its own):
 librdkafka itself would keep retrying an unreachable cluster forever. While waiting on a request
@@ -41,6 +46,7 @@ from confluent_kafka.admin import ConfigEntry as KafkaConfigEntry
 from confluent_kafka.admin import ConfigSource as KafkaConfigSource
 from kio.schema.errors import ErrorCode
 
+from loglake.client import _wire
 from loglake.client._common import (
     DEFAULT_CLIENT_ID,
     ErrorTracker,
@@ -59,9 +65,13 @@ from loglake.client.model import (
     TopicInfo,
     TopicPartitionKey,
 )
+from loglake.client.reassignment import PartitionReassignment
 from loglake.errors import LoglakeError
 
 T = TypeVar("T")
+_ALTER_REASSIGNMENTS = (45, 0)
+_LIST_REASSIGNMENTS = (46, 0)
+"""(API key, version): v0 is what Kafka 4.0 serves."""
 
 _POLL_INTERVAL_S = 0.05
 _METADATA_FIRST_ATTEMPT_S = 1.0
@@ -115,6 +125,7 @@ class Admin:
             bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=extra
         )
         self._bootstrap: str = config["bootstrap.servers"]
+        self._client_id = client_id
         self._admin = AdminClient(config)
 
     # -- context manager -------------------------------------------------------------------
@@ -476,6 +487,132 @@ class Admin:
             result = {p: ends[p] if o < 0 else o for p, o in result.items()}
         return dict(sorted(result.items()))
 
+    # -- partition reassignment and broker configs ----------------------------------------
+
+    def alter_partition_reassignments(
+        self,
+        reassignments: Mapping[TopicPartitionKey, Sequence[int] | None],
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartitionKey, LoglakeError | None]:
+        """Start moving partitions to new replica lists (``None``: cancel the partition's
+        reassignment, back to its original replicas), like Kafka's
+        ``alterPartitionReassignments``. Returns once the cluster recorded each move: per
+        partition None, or the broker's reason (:class:`BrokerError`:
+        ``invalid_replica_assignment``, ``no_reassignment_in_progress``,
+        ``unknown_topic_or_partition``). The data moves afterwards; watch it with
+        :meth:`list_partition_reassignments`."""
+        if not reassignments:
+            raise ValueError("alter_partition_reassignments needs at least one partition")
+        limit = self._limit(timeout)
+        operation = "alter partition reassignments"
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), replicas in sorted(reassignments.items()):
+            topics.setdefault(topic, []).append({
+                "partition_index": partition,
+                "replicas": None if replicas is None else [int(r) for r in replicas]})
+        response = self._controller_request(operation, *_ALTER_REASSIGNMENTS, {
+            "timeout": int(limit * 1000),
+            "topics": [{"name": t, "partitions": p} for t, p in topics.items()]}, limit)
+        _raise_top_level(operation, response)
+        result: dict[TopicPartitionKey, LoglakeError | None] = {}
+        for topic in response.responses:
+            for partition in topic.partitions:
+                key = (topic.name, partition.partition_index)
+                result[key] = _partition_error(f"{operation}, {topic.name}[{key[1]}]",
+                                               partition.error_code, partition.error_message)
+        return dict(sorted(result.items()))
+
+    def list_partition_reassignments(
+        self,
+        partitions: Sequence[TopicPartitionKey] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> dict[TopicPartitionKey, PartitionReassignment]:
+        """The reassignments in progress (of ``partitions`` only, when given): full replica
+        set, replicas being added and removed. Empty once every move completed."""
+        limit = self._limit(timeout)
+        operation = "list partition reassignments"
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            topics = [{"name": t, "partition_indexes": sorted(p)} for t, p in by_topic.items()]
+        response = self._controller_request(operation, *_LIST_REASSIGNMENTS, {
+            "timeout": int(limit * 1000), "topics": topics}, limit)
+        _raise_top_level(operation, response)
+        return dict(sorted(
+            ((topic.name, p.partition_index), PartitionReassignment(
+                tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas)))
+            for topic in response.topics for p in topic.partitions))
+
+    def brokers(self, *, timeout: float | None = None) -> dict[int, str | None]:
+        """The live brokers: id -> rack (None without ``broker.rack``), sorted by id."""
+        limit = self._limit(timeout)
+        future = self._admin.describe_cluster(request_timeout=limit)
+        found = self._wait(future, "describe the cluster", limit)
+        return {node.id: node.rack for node in sorted(found.nodes, key=lambda n: n.id)}
+
+    def alter_broker_config(
+        self,
+        broker_id: int,
+        *,
+        set: Mapping[str, str] | None = None,
+        delete: Sequence[str] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Incrementally set and/or delete dynamic configs of broker ``broker_id`` (the
+        replication throttle rates ``leader.replication.throttled.rate`` and
+        ``follower.replication.throttled.rate``); deleting reverts to the broker's static
+        value."""
+        if not set and not delete:
+            raise ValueError("alter_broker_config needs at least one key to set or delete")
+        limit = self._limit(timeout)
+        changes = [
+            KafkaConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+            for key, value in (set or {}).items()
+        ] + [
+            KafkaConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+            for key in (delete or ())
+        ]
+        resource = ConfigResource(ResourceType.BROKER, str(broker_id), incremental_configs=changes)
+        futures = self._admin.incremental_alter_configs([resource], request_timeout=limit)
+        self._wait(futures[resource], f"alter configs of broker {broker_id}", limit)
+
+    def describe_broker_config(
+        self, broker_id: int, *, timeout: float | None = None
+    ) -> dict[str, ConfigEntry]:
+        """The configuration entries broker ``broker_id`` reports (value and source)."""
+        limit = self._limit(timeout)
+        resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+        futures = self._admin.describe_configs([resource], request_timeout=limit)
+        entries: dict[str, KafkaConfigEntry] = self._wait(
+            futures[resource], f"describe configs of broker {broker_id}", limit)
+        return {
+            name: ConfigEntry(
+                value=entry.value,
+                source=_SOURCES.get(_source_value(entry.source), "unknown"),
+                is_default=bool(entry.is_default),
+                is_read_only=bool(entry.is_read_only),
+                is_sensitive=bool(entry.is_sensitive),
+            )
+            for name, entry in sorted(entries.items())
+        }
+
+    def _controller_request(self, operation: str, api_key: int, version: int,
+                            body: dict[str, Any], limit: float) -> Any:
+        """Send one raw request to the controller Metadata names (any broker when it names
+        none), bounded by ``limit`` seconds."""
+        metadata = self._metadata(operation, limit)
+        brokers = metadata.brokers
+        node = brokers.get(metadata.controller_id) or next(iter(brokers.values()), None)
+        if node is None or node.host is None:
+            raise ClientError(f"{operation}: the cluster metadata lists no broker",
+                              code=ErrorCode.broker_not_available)
+        return _wire.request(node.host, node.port, api_key, version, body, timeout=limit,
+                             client_id=self._client_id, operation=operation)
+
     # -- internals -------------------------------------------------------------------------
 
     def _limit(self, timeout: float | None) -> float:
@@ -576,6 +713,18 @@ def _topic_info(name: str, topic: Any) -> TopicInfo:
         for _, p in sorted(topic.partitions.items())
     )
     return TopicInfo(name=name, partitions=partitions)
+
+
+def _partition_error(where: str, code: ErrorCode, message: str | None) -> BrokerError | None:
+    if code == ErrorCode.none:
+        return None
+    return BrokerError(f"{where}: {message or code.name}", code=code, kafka_name=code.name.upper())
+
+
+def _raise_top_level(operation: str, response: Any) -> None:
+    error = _partition_error(operation, response.error_code, response.error_message)
+    if error is not None:
+        raise error
 
 
 def _source_value(source: Any) -> int:

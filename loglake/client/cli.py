@@ -7,6 +7,8 @@ Growing and repairing topics, like ``kafka-topics --alter``, ``kafka-delete-reco
     loglake topics alter TOPIC --partitions N [--replica-assignment 1:2,2:3]
     loglake topics delete-records TOPIC --offset O [--partition P ...]
     loglake partitions elect --type preferred|unclean [--topic T [--partition P ...]]
+    loglake partitions reassign (--generate --brokers 1,2,4 | --plan FILE) [--execute]
+                                [--throttle BYTES_PER_S]   (also --verify, --cancel, --list)
 
 ``delete-records`` takes the offset on the command line instead of Kafka's JSON file: every
 named partition (default: all of the topic's) loses its records below ``O`` (``-1``: below the
@@ -56,7 +58,7 @@ from typing import IO, Any
 from kio.schema.errors import ErrorCode
 
 from loglake import addresses
-from loglake.client import groups_cli
+from loglake.client import groups_cli, reassign_cli
 from loglake.client.admin import Admin
 from loglake.client.consumer import Consumer
 from loglake.client.errors import BrokerError, ClientError
@@ -161,7 +163,8 @@ def _register_partitions(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
     common: argparse.ArgumentParser,
 ) -> None:
-    partitions = subparsers.add_parser("partitions", help="leader elections")
+    partitions = subparsers.add_parser("partitions",
+                                       help="leader elections, replica reassignment")
     commands = partitions.add_subparsers(dest="partitions_command", required=True)
     elect = commands.add_parser(
         "elect", parents=[common],
@@ -172,6 +175,7 @@ def _register_partitions(
     elect.add_argument("--partition", type=_non_negative_int, action="append", metavar="P",
                        help="only partition P of --topic (repeatable; default all)")
     elect.set_defaults(handler=partitions_elect)
+    reassign_cli.register(commands, common, _admin)
 
 
 def bootstrap(args: argparse.Namespace) -> str:
