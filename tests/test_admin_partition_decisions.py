@@ -17,8 +17,10 @@ from kio.schema.errors import ErrorCode
 
 from loglake.broker import election
 from loglake.broker.handlers.partition_admin import plan_added_partitions
+from loglake.broker.partition import Partition
 from loglake.broker.topics import assign_replicas
 from loglake.catalog.zookeeper import PartitionState
+from loglake.config import TopicConfig
 from loglake.errors import (
     ElectionNotNeededError,
     EligibleLeadersNotAvailableError,
@@ -150,6 +152,33 @@ def test_automatic_assignment_needs_enough_brokers() -> None:
 
 
 # ---------------------------------------------------------------------------- DeleteRecords
+
+
+def test_log_start_moves_forward_only_and_the_low_watermark_waits_for_followers(
+        tmp_path: Path) -> None:
+    config = TopicConfig.from_overrides({"segment.bytes": "1024"})
+    partition = Partition("t", 0, tmp_path / "t-0", config, broker_id=1, replicas=(1, 2, 3))
+    partition.apply_state(PartitionState(leader=1, leader_epoch=0, isr=(1, 2, 3), zk_version=0))
+    for _ in range(10):  # producers send base offset 0; the leader assigns offsets
+        partition.append(encode_batch([Record(i, 1_700_000_000_000, None, b"x" * 20)
+                                       for i in range(20)]))
+    assert len(partition.log.segments) > 3
+    assert partition.advance_log_start(110)
+    assert partition.log_start_offset == 110
+    assert partition.log.segments[0] <= 110 < partition.log.segments[1]  # older ones deleted
+    assert not partition.advance_log_start(50)  # never backwards
+    assert partition.low_watermark({2, 3}) == -1  # followers have not reported yet
+    partition.record_follower_fetch(2, 200, 110)
+    partition.record_follower_fetch(3, 200, 90)
+    assert partition.low_watermark({2, 3}) == 90
+    assert partition.low_watermark({2}) == 110  # 3 is not waited for (dead or offline)
+    assert partition.advance_log_start(10_000)  # capped at the log end
+    assert partition.log_start_offset == partition.log.log_end_offset == 200
+    partition.close()
+    reopened = Partition("t", 0, tmp_path / "t-0", config, broker_id=1, replicas=(1, 2, 3))
+    assert reopened.log_start_offset == 200  # checkpointed
+    reopened.close()
+
 
 
 def tier_file(first: int, last: int) -> TierFile:
