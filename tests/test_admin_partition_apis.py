@@ -111,7 +111,9 @@ def loglake(*args: str, bootstrap: str) -> subprocess.CompletedProcess[str]:
 
 def produce_to(bootstrap: str, topic: str, per_partition: dict[int, int], *,
                tag: str = "v") -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    # batches stay below the 8 kB segments of SMALL_SEGMENTS topics
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                         "batch.size": 4000})
     failures: list[object] = []
     for partition, count in per_partition.items():
         for i in range(count):
@@ -452,7 +454,8 @@ def settled_tiered_end(table: TieredTable, partition: int, *, timeout: float = 3
 
 def test_delete_records_reaches_the_table_and_spark_sql(
         spark: SparkSession, cluster: DevCluster, topic_name: str) -> None:
-    """Partition 0 is cut inside its tiered rows, partition 1 above its tiered end."""
+    """Partition 0 is cut inside its tiered rows, partition 1 above its tiered end; then the
+    topic grows by a partition, which is tiered and shows in the view too."""
     bootstrap = cluster.bootstrap_servers
     topic = f"trim.{topic_name}"
     create_topic(bootstrap, topic, 2, SMALL_SEGMENTS)
@@ -480,12 +483,18 @@ def test_delete_records_reaches_the_table_and_spark_sql(
     got = consume_all(bootstrap, topic, [0, 1], 1500 - inside + 1500 - above)
     assert got[0] == list(range(inside, 1500)) and got[1] == list(range(above, 1500))
 
+    # a partition added now is tiered and read like the others
+    grow = admin(bootstrap).create_partitions([NewPartitions(topic, 3)], operation_timeout=20)
+    grow[topic].result(30)
+    produce_to(bootstrap, topic, {2: 900})
+    wait_tiered(cluster.zookeeper_connect, topic, {2: 300})
+
     register_topics(spark, zookeeper=cluster.zookeeper_connect, topics=[topic])
     result = spark.sql(f"SELECT partition, min(offset) AS first, count(*) AS n "
                        f"FROM {quote_identifier(topic)} GROUP BY partition "
                        f"ORDER BY partition").collect()
     assert [(r.partition, r.first, r.n) for r in result] == [
-        (0, inside, 1500 - inside), (1, above, 1500 - above)]
+        (0, inside, 1500 - inside), (1, above, 1500 - above), (2, 0, 900)]
     values = spark.sql(f"SELECT CAST(value AS STRING) AS v FROM {quote_identifier(topic)} "
                        f"WHERE partition = 0 ORDER BY offset LIMIT 1").first()
     assert values is not None and int(values.v) == 2 * inside  # value i at offset i // 2
