@@ -76,7 +76,13 @@ async def delete_records(
             if broker.partitions.get(key) is not partition or partition.role is not Role.LEADER:
                 raise NotLeaderError(f"Broker {broker.config.broker_id} stopped leading "
                                      f"{partition.name} during DeleteRecords.")
-            if partition.advance_log_start(target):
+            try:
+                moved = partition.advance_log_start(target)
+            except OSError as exc:
+                raise KafkaStorageError(
+                    f"DeleteRecords on {partition.name}: moving the log start offset to "
+                    f"{target} failed: {exc}") from exc
+            if moved:
                 log.info("%s: DeleteRecords moved the log start offset to %d", partition.name,
                          target)
             await broker.tierer.log_start(partition)  # reload the table's start (cached)

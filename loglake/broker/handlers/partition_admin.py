@@ -23,6 +23,7 @@ Handlers run on the broker's event loop; ZooKeeper calls go through worker threa
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ from loglake.errors import (
 if TYPE_CHECKING:
     from loglake.broker.broker import Broker
 
+log = logging.getLogger(__name__)
 Assignment = dict[int, tuple[int, ...]]
 GROW_ATTEMPTS = 5
 """Reads of a topic's assignment per CreatePartitions topic before a conflict is reported."""
@@ -133,7 +135,10 @@ async def grow_topic(broker: Broker, name: str, count: int,
             await broker.zk_call(broker.catalog.add_partitions, name, additions, version)
         except StaleStateError:
             continue
-        broker.reconcile()
+        try:  # at once here; the assignment watch brings it to every broker anyway
+            broker.reconcile()
+        except Exception as exc:
+            log.warning("reconciling after adding partitions to %s failed: %s", name, exc)
         return additions
     raise InvalidRequestError(f"The partitions of '{name}' kept changing concurrently.",
                               hint="retry the request")
