@@ -175,6 +175,15 @@ def _offset_delete(request: Any, version: int, error: ErrorCode, message: str) -
         for topic in request.topics]}
 
 
+def _alter_partition_reassignments(request: Any, version: int, error: ErrorCode,
+                                   message: str) -> dict[str, Any]:
+    return {"error_code": error, "error_message": message, "responses": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": error, "error_message": message}
+            for p in topic.partitions]}
+        for topic in request.topics]}
+
+
 def _top_level(request: Any, version: int, error: ErrorCode, message: str) -> dict[str, Any]:
     return {"error_code": error, "error_message": message}
 
@@ -202,6 +211,8 @@ ERROR_BODIES: dict[int, ErrorBody] = {
     35: _describe_log_dirs,
     42: _delete_groups,
     44: _alter_configs,  # IncrementalAlterConfigs: the same response shape
+    45: _alter_partition_reassignments,
+    46: _top_level,  # ListPartitionReassignments
     47: _offset_delete,
     60: _top_level,  # DescribeCluster
 }
