@@ -236,11 +236,16 @@ class Controller:
                         f"The partition {topic}-{partition} does not exist.")
                     continue
                 try:
-                    changes.append(election.plan_reassignment(
+                    change = election.plan_reassignment(
                         topic, partition, current, target, states[key][1], live,
-                        self.epoch or 0))
+                        self.epoch or 0)
                 except LoglakeError as exc:
                     results[key] = exc
+                    continue
+                if change.assignment == current and change.state is None:
+                    results[key] = None  # already so: nothing to write
+                else:
+                    changes.append(change)
             if changes:
                 try:
                     await self._write_reassignment(topic, changes, found.version)
