@@ -113,8 +113,8 @@ class Broker:
         self.offline_replicas: dict[tuple[str, int], frozenset[int]] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.replication_quotas = ReplicationQuotas(config.broker_id)
-        self._dynamic_configs: dict[str, dict[str, str]] = {}  # entity -> /config/brokers/..
-        self._apply_broker_configs()
+        self.dynamic_configs: dict[str, dict[str, str]] = {}  # entity -> /config/brokers/..
+        self.apply_broker_configs()
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
         self.tierer = Tierer(self)
@@ -440,21 +440,21 @@ class Broker:
         self._spawn(asyncio.to_thread(shutil.rmtree, aside, True))
 
     def _broker_config_watcher(self, entity: str) -> Callable[[dict[str, str]], None]:
-        return lambda configs: self.run_soon(lambda: self._apply_broker_configs(entity, configs))
+        return lambda configs: self.run_soon(lambda: self.apply_broker_configs(entity, configs))
 
-    def _apply_broker_configs(self, entity: str | None = None,
+    def apply_broker_configs(self, entity: str | None = None,
                               configs: dict[str, str] | None = None) -> None:
         """Dynamic broker configs of ``entity`` changed (or, without arguments, start-up):
         recompute the replication throttle rates (see replication_quota.effective_rates)."""
         if entity is not None:
-            self._dynamic_configs[entity] = dict(configs or {})
+            self.dynamic_configs[entity] = dict(configs or {})
         static = {"leader.replication.throttled.rate":
                   self.config.leader_replication_throttled_rate,
                   "follower.replication.throttled.rate":
                   self.config.follower_replication_throttled_rate}
         self.replication_quotas.apply(effective_rates(
-            static, self._dynamic_configs.get(DEFAULT_ENTITY, {}),
-            self._dynamic_configs.get(str(self.config.broker_id), {})))
+            static, self.dynamic_configs.get(DEFAULT_ENTITY, {}),
+            self.dynamic_configs.get(str(self.config.broker_id), {})))
 
     def _topic_id(self, name: str) -> uuid.UUID:
         try:

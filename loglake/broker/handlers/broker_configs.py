@@ -9,7 +9,7 @@ DescribeConfigs on BROKER resources, as Kafka's ZooKeeper-mode brokers handle th
   INVALID_CONFIG. SET validates the value (a long >= 0), DELETE reverts to the next source
   (cluster default, then ``server.properties``); APPEND/SUBTRACT are refused (not lists).
   ``validate_only`` writes nothing. Every broker applies a change through its watch on the
-  znode (Broker._apply_broker_configs); the receiving broker applies its own at once.
+  znode (Broker.apply_broker_configs); the receiving broker applies its own at once.
 * DescribeConfigs lists each dynamic key with its effective value and Kafka's source:
   DYNAMIC_BROKER_CONFIG (2), DYNAMIC_DEFAULT_BROKER_CONFIG (3), STATIC_BROKER_CONFIG (4) or
   DEFAULT_CONFIG (5); they are not read-only.
@@ -73,13 +73,13 @@ async def alter_broker_configs(broker: Broker, resource_name: str, operations: A
     if validate_only:
         return
     await broker.zk_call(broker.catalog.set_broker_config, entity, current)
-    broker._apply_broker_configs(entity, current)
+    broker.apply_broker_configs(entity, current)
 
 
 def describe_dynamic(broker: Broker, keys: Any) -> list[dict[str, Any]]:
     """DescribeConfigs entries of the dynamic broker configs (all, or those in ``keys``)."""
-    own = broker._dynamic_configs.get(str(broker.config.broker_id), {})
-    cluster = broker._dynamic_configs.get(DEFAULT_ENTITY, {})
+    own = broker.dynamic_configs.get(str(broker.config.broker_id), {})
+    cluster = broker.dynamic_configs.get(DEFAULT_ENTITY, {})
     static = {"leader.replication.throttled.rate":
               broker.config.leader_replication_throttled_rate,
               "follower.replication.throttled.rate":
