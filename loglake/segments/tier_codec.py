@@ -48,6 +48,7 @@ from loglake.segments.batch import (
     read_header,
 )
 from loglake.segments.records import _read_varint, decompress
+from loglake.segments.varints import SHORT_VARINTS
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 """Arrow type of the ``headers`` column."""
@@ -56,23 +57,7 @@ U64 = pa.uint64()
 
 # ------------------------------------------------------------------------------- decoding
 
-_UNZIGZAG_1 = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
-"""Value of the one-byte varint ``b`` (b < 0x80)."""
-
-
-def _short_varint_table() -> list[int]:
-    """Values of the varints of one byte ``b`` (at index ``b``) and of two bytes ``b, c``
-    (b >= 0x80 > c, at index ``b + (c << 7)``); the two index ranges do not overlap."""
-    table = [0] * (0x100 + (0x7F << 7))
-    table[:0x80] = _UNZIGZAG_1
-    for first in range(0x80, 0x100):
-        for second in range(0x80):
-            raw = (first & 0x7F) | (second << 7)
-            table[first + (second << 7)] = (raw >> 1) ^ -(raw & 1)
-    return table
-
-
-_SHORT_VARINTS = _short_varint_table()
+_SHORT_VARINTS = SHORT_VARINTS
 _MIN_RECORD_LENGTH = 6  # attributes, timestampDelta, offsetDelta, key/value lengths, headers
 _PAST_ANY_END = 1 << 62
 _STEPS = [

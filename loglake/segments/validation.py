@@ -115,6 +115,7 @@ from loglake.segments.batch import (
     batch_size_at,
     compute_crc,
 )
+from loglake.segments.varints import SHORT_VARINTS
 
 MAX_DECOMPRESSION_RATIO = 16
 """A records section may decompress to at most ``max.message.bytes`` times this (rule 10)."""
@@ -436,22 +437,7 @@ def _zstd_bound(section: memoryview) -> int | None:
 # ------------------------------------------------------------------ records: Python loop
 
 
-_ONE_BYTE = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
-
-
-def _short_varints() -> list[int]:
-    """Values of one-byte varints ``b`` at index ``b`` and of two-byte varints ``b, c``
-    (b >= 0x80 > c) at ``b + (c << 7)`` (the two index ranges do not overlap)."""
-    values = [0] * (0x100 + (0x7F << 7))
-    values[:0x80] = _ONE_BYTE
-    for first in range(0x80, 0x100):
-        for second in range(0x80):
-            raw = (first & 0x7F) | (second << 7)
-            values[first + (second << 7)] = (raw >> 1) ^ -(raw & 1)
-    return values
-
-
-_SHORT_VALUES = _short_varints()
+_SHORT_VALUES = SHORT_VARINTS
 
 
 class _Malformed(Exception):
