@@ -240,6 +240,11 @@ def _zookeeper_op(func: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
+def _config_of(raw: bytes) -> dict[str, str]:
+    """The ``config`` map of a config znode in Kafka's form."""
+    return {str(k): str(v) for k, v in json.loads(raw).get("config", {}).items()}
+
+
 def _never() -> bool:
     return False
 
@@ -963,15 +968,21 @@ class ClusterCatalog:
     # ---- configs
     @_zookeeper_op
     def topic_config(self, name: str) -> dict[str, str]:
-        try:
-            raw, _ = self.zk.get(f"{TOPIC_CONFIGS}/{name}")
-        except NoNodeError:
-            return {}
-        return {str(k): str(v) for k, v in json.loads(raw).get("config", {}).items()}
+        return self._read_config(f"{TOPIC_CONFIGS}/{name}")
 
     @_zookeeper_op
     def set_topic_config(self, name: str, configs: Mapping[str, str]) -> None:
-        path = f"{TOPIC_CONFIGS}/{name}"
+        self._write_config(f"{TOPIC_CONFIGS}/{name}", configs)
+
+    def _read_config(self, path: str) -> dict[str, str]:
+        """A config znode in Kafka's form (``{"version": 1, "config": {...}}``); {} if none."""
+        try:
+            raw, _ = self.zk.get(path)
+        except NoNodeError:
+            return {}
+        return _config_of(raw)
+
+    def _write_config(self, path: str, configs: Mapping[str, str]) -> None:
         self._put(path, _dump({"version": 1, "config": dict(configs)}))
 
     def _put(self, path: str, value: bytes) -> None:
@@ -990,7 +1001,7 @@ class ClusterCatalog:
         def on_change(data: bytes | None, _stat: Any) -> bool | None:
             if data is None:
                 return False  # znode gone: stop watching
-            callback({str(k): str(v) for k, v in json.loads(data).get("config", {}).items()})
+            callback(_config_of(data))
             return None
 
         self.zk.DataWatch(f"{TOPIC_CONFIGS}/{name}")(on_change)
@@ -999,16 +1010,12 @@ class ClusterCatalog:
     @_zookeeper_op
     def broker_config(self, entity: str) -> dict[str, str]:
         """Dynamic configs of broker ``entity`` (its id, or ``<default>`` for all brokers)."""
-        try:
-            raw, _ = self.zk.get(f"{BROKER_CONFIGS}/{entity}")
-        except NoNodeError:
-            return {}
-        return {str(k): str(v) for k, v in json.loads(raw).get("config", {}).items()}
+        return self._read_config(f"{BROKER_CONFIGS}/{entity}")
 
     @_zookeeper_op
     def set_broker_config(self, entity: str, configs: Mapping[str, str]) -> None:
         """Replace the dynamic configs of broker ``entity`` (Kafka's znode form)."""
-        self._put(f"{BROKER_CONFIGS}/{entity}", _dump({"version": 1, "config": dict(configs)}))
+        self._write_config(f"{BROKER_CONFIGS}/{entity}", configs)
 
     @_zookeeper_op
     def watch_broker_config(self, entity: str,
@@ -1020,8 +1027,7 @@ class ClusterCatalog:
             configs: dict[str, str] = {}
             if data:
                 with contextlib.suppress(ValueError, AttributeError, TypeError):
-                    configs = {str(k): str(v)
-                               for k, v in json.loads(data).get("config", {}).items()}
+                    configs = _config_of(data)
             callback(configs)
 
         self.zk.DataWatch(f"{BROKER_CONFIGS}/{entity}")(on_change)
