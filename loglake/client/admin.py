@@ -307,12 +307,14 @@ class Admin:
         self, topic: str, *, timeout: float | None = None
     ) -> dict[str, ConfigEntry]:
         """Every configuration entry of ``topic`` (value, where it comes from, default or not)."""
+        return self._describe_configs(ConfigResource(ResourceType.TOPIC, topic),
+                                      f"describe configs of topic {topic!r}", timeout)
+
+    def _describe_configs(self, resource: ConfigResource, operation: str,
+                          timeout: float | None) -> dict[str, ConfigEntry]:
         limit = self._limit(timeout)
-        resource = ConfigResource(ResourceType.TOPIC, topic)
         futures = self._admin.describe_configs([resource], request_timeout=limit)
-        entries: dict[str, KafkaConfigEntry] = self._wait(
-            futures[resource], f"describe configs of topic {topic!r}", limit
-        )
+        entries: dict[str, KafkaConfigEntry] = self._wait(futures[resource], operation, limit)
         return {
             name: ConfigEntry(
                 value=entry.value,
@@ -584,21 +586,8 @@ class Admin:
         self, broker_id: int, *, timeout: float | None = None
     ) -> dict[str, ConfigEntry]:
         """The configuration entries broker ``broker_id`` reports (value and source)."""
-        limit = self._limit(timeout)
-        resource = ConfigResource(ResourceType.BROKER, str(broker_id))
-        futures = self._admin.describe_configs([resource], request_timeout=limit)
-        entries: dict[str, KafkaConfigEntry] = self._wait(
-            futures[resource], f"describe configs of broker {broker_id}", limit)
-        return {
-            name: ConfigEntry(
-                value=entry.value,
-                source=_SOURCES.get(_source_value(entry.source), "unknown"),
-                is_default=bool(entry.is_default),
-                is_read_only=bool(entry.is_read_only),
-                is_sensitive=bool(entry.is_sensitive),
-            )
-            for name, entry in sorted(entries.items())
-        }
+        return self._describe_configs(ConfigResource(ResourceType.BROKER, str(broker_id)),
+                                      f"describe configs of broker {broker_id}", timeout)
 
     def _controller_request(self, operation: str, api_key: int, version: int,
                             body: dict[str, Any], limit: float) -> Any:
