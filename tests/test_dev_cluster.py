@@ -123,6 +123,15 @@ def test_failed_broker_start_reports_log_and_cleans_up(tmp_path: Path, zookeeper
 # -- end to end ---------------------------------------------------------------------------------
 
 
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (an exited, not yet reaped one is a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]) -> None:
     data = tmp_path / "cluster"
     with DevCluster(data, brokers=2) as dev:
@@ -160,10 +169,10 @@ def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]
         for client in kazoo:
             client.stop()
     assert not (data / cluster.STATE_FILE).exists()
-    deadline = time.monotonic() + 5  # an exited process may wait a moment for its reaper
-    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10  # an exited process may wait a moment for its reaper
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert all(not Path(f"/proc/{pid}").exists() for pid in pids)
+    assert not [pid for pid in pids if _running(pid)]
 
     # the data survives down/up
     with DevCluster(data, brokers=1) as again:

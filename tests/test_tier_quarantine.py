@@ -709,6 +709,10 @@ def test_failing_storage_is_logged_with_a_count_and_reported(tmp_path: Path) -> 
         blocker.unlink()
         ends = _wait_tiered_end(storage, topic, timeout=90)
         assert ends > 0
+        deadline = time.monotonic() + 15  # logged once the tier pass ends, after the commit
+        while (f"tiering {topic}-0 works again after" not in dev.broker_log(1)[log_before:]
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
         text = dev.broker_log(1)[log_before:]
         assert f"tiering {topic}-0 works again after" in text
         assert text.count(f"tiering {topic}-0 failed") == 1

@@ -349,7 +349,25 @@ class Broker:
         if self._reconcile_pending:
             return
         self._reconcile_pending = True
-        self.run_soon(self.reconcile)
+        self.run_soon(self._reconcile_or_retry)
+
+    def _reconcile_or_retry(self) -> None:
+        """:meth:`reconcile` from the event loop; a failed pass (ZooKeeper unavailable, a
+        topic deleted half-way) is logged in one line and tried again a second later."""
+        try:
+            self.reconcile()
+        except Exception as exc:
+            self._reconcile_pending = False
+            log.warning("reconciling topics failed (%s: %s); retrying in 1 s",
+                        type(exc).__name__, exc)
+            if self._loop is not None and not self.stopping:
+                self._loop.call_later(1.0, self._schedule_reconcile)
+
+    def reconcile_after_change(self) -> None:
+        """For request handlers that just wrote topics to ZooKeeper: apply the change now.
+        A failed pass is logged and retried (:meth:`_reconcile_or_retry`); it never fails the
+        request (the write succeeded) nor closes the client's connection."""
+        self._reconcile_or_retry()
 
     def reconcile(self) -> None:
         """Make local replicas match ZooKeeper's topics (runs on the event loop)."""

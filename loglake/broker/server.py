@@ -28,7 +28,8 @@ Per connection, requests are processed one at a time in arrival order and answer
   Kafka does;
 * a body that does not decode closes the connection (lengths, counts and varints are checked
   against the frame before anything is allocated, see broker/request_bounds.py); a handler
-  error closes the connection.
+  error is answered with UNKNOWN_SERVER_ERROR on every entry of the request (Kafka's
+  ``KafkaApis.handleError``), and closes the connection only where no response can carry it.
 
 Memory: a frame's body is read in chunks of at most 1 MiB, each reserved first from the
 broker-wide budget ``queued.max.request.bytes`` (broker/request_memory.py: when it is full, the
@@ -46,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kio.index import KioIndexError
 from kio.schema.errors import ErrorCode
@@ -55,6 +56,7 @@ from loglake.broker.apis import API_TABLE, Api
 from loglake.broker.codec import (
     FrameBytes,
     FrameError,
+    RequestFrame,
     build,
     decode_header,
     decode_request,
@@ -199,7 +201,7 @@ class KafkaServer:
             raise
         except Exception as exc:
             log.exception("%s v%d handler failed", api.name, version)
-            raise FrameError(f"{api.name} handler failed: {exc}") from exc
+            body = self._handler_error(api, version, frame, exc)
         if body is None:
             return None
         try:
@@ -207,6 +209,19 @@ class KafkaServer:
         except Exception as exc:  # a response we cannot encode is our bug
             log.exception("%s v%d response could not be encoded", api.name, version)
             raise FrameError(f"{api.name} response encoding failed: {exc}") from exc
+
+    @staticmethod
+    def _handler_error(api: Api, version: int, frame: RequestFrame, exc: Exception) -> Any:
+        """A handler failed (our bug, or a dependency's): answer UNKNOWN_SERVER_ERROR on every
+        entry of the request, as Kafka's ``KafkaApis.handleError`` does; close the connection
+        (FrameError) only where no response could carry it (or Produce acks=0 expects none)."""
+        message = f"{api.name} failed on the broker: {type(exc).__name__}: {exc}"[:500]
+        if api.key == PRODUCE_KEY and getattr(frame.body, "acks", 1) == 0:
+            raise FrameError(message) from exc
+        body = error_body(api.key, version, frame.body, ErrorCode.unknown_server_error, message)
+        if body is None:
+            raise FrameError(message) from exc
+        return build(response_class(api.key, version), body)
 
     def _unsupported_version(self, api: Api, version: int, correlation_id: int,
                              data: FrameBytes, peer: object) -> bytes:

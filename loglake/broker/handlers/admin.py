@@ -103,7 +103,7 @@ async def create_topic(
             lambda: broker.catalog.create_topic(name, assignment, config.overrides,
                                                 topic_id=str(topic_id))
         )
-        broker.reconcile()
+        broker.reconcile_after_change()
     return assignment, config, topic_id
 
 
@@ -158,7 +158,7 @@ async def delete_topics(broker: Broker, frame: RequestFrame) -> Any:
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
         results.append(result)
-    broker.reconcile()
+    broker.reconcile_after_change()
     key = "responses"
     return build(response_class(20, frame.api_version), {key: results})
 

@@ -136,7 +136,7 @@ async def grow_topic(broker: Broker, name: str, count: int,
         except StaleStateError:
             continue
         try:  # at once here; the assignment watch brings it to every broker anyway
-            broker.reconcile()
+            broker.reconcile_after_change()
         except Exception as exc:
             log.warning("reconciling after adding partitions to %s failed: %s", name, exc)
         return additions
