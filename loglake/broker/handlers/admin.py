@@ -195,9 +195,7 @@ async def describe_configs(broker: Broker, frame: RequestFrame) -> Any:
                                   "resource_name": resource.resource_name, "configs": []}
         try:
             if resource.resource_type == RESOURCE_TOPIC:
-                config = broker.topic_configs.get(resource.resource_name)
-                if config is None:
-                    raise UnknownTopicError(f"Topic '{resource.resource_name}' does not exist.")
+                config = await _current_topic_config(broker, resource.resource_name)
                 keys = resource.configuration_keys or list(TOPIC_CONFIG_KEYS)
                 result["configs"] = [
                     _describe_entry(broker, config, key, synonyms, documentation)
@@ -215,6 +213,20 @@ async def describe_configs(broker: Broker, frame: RequestFrame) -> Any:
             result.update(error_code=exc.code, error_message=exc.message)
         results.append(result)
     return build(response_class(32, frame.api_version), {"results": results})
+
+
+async def _current_topic_config(broker: Broker, name: str) -> TopicConfig:
+    """A topic's config as ZooKeeper holds it now (as Kafka's DescribeConfigs reads it), so a
+    describe right after an alter on another broker sees the change; UnknownTopicError if the
+    topic does not exist."""
+    if name not in broker.topics and await broker.zk_call(broker.catalog.topic, name) is None:
+        raise UnknownTopicError(f"Topic '{name}' does not exist.")
+    overrides = await broker.zk_call(broker.catalog.topic_config, name)
+    try:
+        return broker.config.topic_config(overrides)
+    except LoglakeError:  # an invalid value in ZooKeeper: what the broker runs with
+        cached = broker.topic_configs.get(name)
+        return cached if cached is not None else broker.config.topic_config({})
 
 
 def _broker_configs(broker: Broker, keys: Any) -> list[dict[str, Any]]:
