@@ -44,7 +44,6 @@ from loglake.segments import checkpoint
 from loglake.segments.batch import parse_batches
 from loglake.segments.log import PartitionLog
 
-HW_CHECKPOINT = "high-watermark"
 # a follower only rejoins the ISR on the strength of a recent fetch (Kafka expands on fetch)
 FRESH_FETCH_MS = 2000
 
@@ -410,19 +409,12 @@ class Partition:
                 future.set_result(None)
 
     # ------------------------------------------------------------------ lifecycle
-    def _hw_path(self) -> Path:
-        return self.log.directory / HW_CHECKPOINT
-
     def _read_hw_checkpoint(self) -> int:
-        try:
-            lines = self._hw_path().read_text().split()
-            return int(lines[2])
-        except (OSError, ValueError, IndexError):
-            return 0
+        return checkpoint.read_high_watermark(self.log.directory)
 
     def checkpoint_hw(self) -> None:
         if self._hw != self._hw_checkpointed:
-            checkpoint.write_durably(self._hw_path(), f"0\n1\n{self._hw}\n".encode())
+            checkpoint.write_high_watermark(self.log.directory, self._hw)
             self._hw_checkpointed = self._hw
 
     def update_config(self, config: TopicConfig) -> None:

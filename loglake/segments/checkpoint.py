@@ -1,5 +1,9 @@
 """Durable small-file writes and the single-offset checkpoint files of a partition.
 
+The single-offset checkpoints are the recovery point, the log start offset (segments/log.py)
+and the high watermark (:func:`write_high_watermark`, broker/partition.py); their names are in
+filenames.py.
+
 On-disk format of an offset checkpoint (Kafka's checkpoint shape with one entry)::
 
     0           version
@@ -101,3 +105,15 @@ def read_offset(path: Path) -> int | None:
     if not text.isdigit():
         return None
     return int(text)
+
+
+def read_high_watermark(directory: Path) -> int:
+    """The high watermark checkpointed in a partition directory; 0 if missing or corrupt (the
+    caller caps it by the log end offset)."""
+    offset = read_offset(directory / filenames.HIGH_WATERMARK_CHECKPOINT)
+    return 0 if offset is None else offset
+
+
+def write_high_watermark(directory: Path, offset: int) -> None:
+    """Durably checkpoint a partition's high watermark."""
+    write_offset(directory / filenames.HIGH_WATERMARK_CHECKPOINT, offset)

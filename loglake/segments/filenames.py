@@ -8,6 +8,8 @@ Layout of one partition directory (``<topic>-<partition>``, created by the broke
     leader-epoch-checkpoint          "0\\n<count>\\n<epoch> <start offset>\\n..." (Kafka's format)
     recovery-point-checkpoint        "0\\n1\\n<offset>\\n": everything below is fsynced and valid
     log-start-offset-checkpoint      "0\\n1\\n<offset>\\n": first offset visible to clients
+    high-watermark                   "0\\n1\\n<offset>\\n": the replica's high watermark when it
+                                     was last checkpointed (broker/partition.py)
     clean-shutdown                   present only between a clean close() and the next open()
 
 Segment files are named after the segment's base offset, zero-padded to 20 digits so that ``ls``
@@ -34,6 +36,7 @@ DELETED_DIR_SUFFIX = "-delete"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "high-watermark"
 CLEAN_SHUTDOWN_MARKER = "clean-shutdown"
 
 OFFSET_DIGITS = 20
