@@ -61,6 +61,7 @@ from loglake.broker.controller import Controller
 from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.partition import Partition, Role
 from loglake.broker.replica_fetcher import ReplicaFetcher
+from loglake.broker.replica_manager import ReplicaManager
 from loglake.broker.replication_quota import DEFAULT_ENTITY, ReplicationQuotas, effective_rates
 from loglake.broker.tiering import Tierer
 from loglake.catalog.zookeeper import (
@@ -76,12 +77,7 @@ from loglake.catalog.zookeeper import (
     zookeeper_unavailable,
 )
 from loglake.config import BrokerConfig, TopicConfig
-from loglake.errors import (
-    KafkaStorageError,
-    LoglakeError,
-    NotLeaderError,
-    UnknownTopicError,
-)
+from loglake.errors import LoglakeError
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +97,11 @@ class Broker:
             config.zookeeper_connect,
             session_timeout=config.zookeeper_session_timeout_ms / 1000,
         )
-        self.partitions: dict[tuple[str, int], Partition] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self.topic_configs: dict[str, TopicConfig] = {}
         self.topic_ids: dict[str, uuid.UUID] = {}
         self.live_brokers: dict[int, BrokerInfo] = {}
         self.partition_states: dict[tuple[str, int], PartitionState] = {}  # metadata cache
-        # hosted replicas that could not be opened: (topic, partition) -> why
-        self.offline_partitions: dict[tuple[str, int], str] = {}
         # every broker's offline replicas, from ZooKeeper: (topic, partition) -> broker ids
         self.offline_replicas: dict[tuple[str, int], frozenset[int]] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -118,6 +111,9 @@ class Broker:
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
         self.tierer = Tierer(self)
+        self.replicas = ReplicaManager(config, metadata=self, lease_valid=self.zk_healthy,
+                                       tier=self.tierer, quotas=self.replication_quotas,
+                                       clock=clock)
         self.cluster_id = ""
         self.controller_id = -1
         self.stopping = False
@@ -672,27 +668,19 @@ class Broker:
     def partition_dir(self, topic: str, index: int) -> Path:
         return self.config.log_dir / f"{topic}-{index}"
 
+    @property
+    def partitions(self) -> dict[tuple[str, int], Partition]:
+        """The hosted replicas (owned by the replica manager)."""
+        return self.replicas.partitions
+
+    @property
+    def offline_partitions(self) -> dict[tuple[str, int], str]:
+        """Hosted replicas that could not be opened (owned by the replica manager)."""
+        return self.replicas.offline_partitions
+
     def leader_partition(self, topic: str, index: int) -> Partition:
-        """The partition if this broker leads it now (valid ZooKeeper lease); else
-        UnknownTopicError (no such partition) or NotLeaderError (clients refresh metadata)."""
-        partition = self.partitions.get((topic, index))
-        if partition is None:
-            offline = self.offline_partitions.get((topic, index))
-            if offline is not None:
-                raise KafkaStorageError(
-                    f"The replica of {topic}-{index} on broker {self.config.broker_id} is "
-                    f"offline: {offline}")
-            meta = self.topics.get(topic)
-            if meta is None or index not in meta.assignment:
-                raise UnknownTopicError(f"This server does not host {topic}-{index}.")
-            raise NotLeaderError(f"Broker {self.config.broker_id} does not host {topic}-{index}.")
-        partition.require_leader()
-        if not self.zk_healthy():
-            raise NotLeaderError(
-                f"Broker {self.config.broker_id} has no live ZooKeeper session; it does not "
-                f"act as leader of {topic}-{index}."
-            )
-        return partition
+        """See :meth:`ReplicaManager.leader_partition`."""
+        return self.replicas.leader_partition(topic, index)
 
     # ------------------------------------------------------------------ ISR maintenance
     async def _isr_loop(self) -> None:
