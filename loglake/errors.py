@@ -223,3 +223,17 @@ class NoReassignmentInProgressError(LoglakeError):
     reassignment in progress."""
 
     code = ErrorCode.no_reassignment_in_progress
+
+
+class FencedLeaderEpochError(LoglakeError):
+    """A request names a leader epoch older than the partition's current one (KIP-320): the
+    client's metadata is stale."""
+
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpochError(LoglakeError):
+    """A request names a leader epoch newer than the partition's current one (KIP-320): this
+    replica has not caught up with the new leadership yet."""
+
+    code = ErrorCode.unknown_leader_epoch
