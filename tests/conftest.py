@@ -1,8 +1,21 @@
-"""Shared fixtures: one real dev cluster (ZooKeeper + broker processes) per test session.
+"""Shared fixtures: one real ZooKeeper and one dev cluster (broker processes) per test session.
 
-Tests that need faults (kill, restart) or special broker settings start their own cluster with
-:class:`loglake.dev.harness.DevCluster`; everything else shares ``cluster`` and uses unique topic
-names (``topic_name`` fixture).
+- ``zookeeper_hosts`` (session): one ZooKeeper JVM; every cluster started with
+  ``DevCluster(..., zookeeper=zookeeper_hosts)`` gets a fresh chroot on it, so clusters never see
+  each other's znodes and no test waits for a JVM of its own. Tests that fault ZooKeeper itself
+  (stop, kill, pause it) start their own with ``DevCluster(...)`` or ``harness.zookeeper``.
+- ``cluster`` (session): one broker on that ZooKeeper; tests share it with unique topic names
+  (``topic_name``). Tests that need faults (kill, restart) or special broker settings start
+  their own cluster, on the shared ZooKeeper unless they fault ZooKeeper.
+
+Markers (registered here, applied automatically in :func:`pytest_collection_modifyitems`):
+``zookeeper`` (the test's module starts ZooKeeper or brokers), ``spark`` (uses the SparkSession),
+``s3`` (uses the loopback S3 server), ``slow`` (long fault tests, skipped unless ``--run-slow``).
+So ``pytest -m "not spark and not slow"`` is a quick developer run.
+
+Parallel runs (pytest-xdist, ``-n 3 --dist loadgroup`` in CI): session fixtures exist once per
+worker. Every test gets an ``xdist_group``: its file (module-scoped clusters start once), or
+``spark`` for every file that uses the SparkSession (one Spark JVM for the whole run).
 """
 
 from __future__ import annotations
@@ -16,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, zookeeper
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -37,12 +50,54 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run the long fault-injection tests marked slow (CI does)")
 
 
+MARKERS = {
+    "slow": "long fault-injection tests; skipped unless --run-slow or LOGLAKE_RUN_SLOW=1 "
+            "(CI runs them)",
+    "zookeeper": "starts real ZooKeeper and/or broker processes (applied automatically)",
+    "spark": "uses the session's SparkSession (applied automatically)",
+    "s3": "uses the loopback S3 server (applied automatically)",
+}
+
+SPARK_GROUP = "spark"
+"""xdist group of every file with a Spark test: one worker, one Spark JVM."""
+
+_PROCESS_NAMES = ("DevCluster", "zookeeper", "ZooKeeperServer", "cluster", "dev_cluster")
+"""Module globals that, when they come from ``loglake.dev``, mean the test module starts
+ZooKeeper or brokers itself."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: long fault-injection tests; skipped unless "
-                            "--run-slow or LOGLAKE_RUN_SLOW=1 (CI runs them)")
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def _uses_processes(item: pytest.Item) -> bool:
+    if set(getattr(item, "fixturenames", ())) & {"cluster", "zookeeper_hosts"}:
+        return True
+    module = getattr(item, "module", None)
+    for name in _PROCESS_NAMES:
+        value = getattr(module, name, None)
+        origin = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+        if value is not None and isinstance(origin, str) and origin.startswith("loglake.dev"):
+            return True
+    return False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    spark_files = set()
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
+            spark_files.add(item.path)
+        if "s3_server" in fixtures or "[s3" in item.name:
+            item.add_marker(pytest.mark.s3)
+        if _uses_processes(item):
+            item.add_marker(pytest.mark.zookeeper)
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = SPARK_GROUP if item.path in spark_files else item.path.name
+            item.add_marker(pytest.mark.xdist_group(group))
     if config.getoption("--run-slow") or os.environ.get("LOGLAKE_RUN_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: pass --run-slow (CI does)")
@@ -52,9 +107,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+def zookeeper_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Connection string (no chroot) of the session's ZooKeeper; give each cluster its own
+    chroot (``DevCluster(..., zookeeper=zookeeper_hosts)`` does)."""
+    with zookeeper(tmp_path_factory.mktemp("zookeeper")) as server:
+        yield server.hosts
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
+            ) -> Iterator[DevCluster]:
     data = tmp_path_factory.mktemp("cluster")
-    with DevCluster(data / "dev", brokers=1) as dev:
+    with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts) as dev:
         yield dev
 
 

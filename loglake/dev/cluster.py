@@ -15,6 +15,11 @@ ensemble member ``n`` uses three ports from ``first + 3(n-1)`` (client, quorum, 
 dev clusters do not collide when their base ports differ by at least
 ``max(brokers, 3 * zookeepers)``. Brokers reach ZooKeeper under the chroot ``/loglake``.
 
+External ZooKeeper: ``up(..., external_zookeeper="127.0.0.1:2181", chroot="/t-1")`` starts no
+ZooKeeper of its own; the brokers use that server under ``chroot`` (created if missing), the state
+file records the connect string, and the ZooKeeper faults refuse (no recorded ZooKeeper process).
+Tests use it to share one ZooKeeper JVM per test session with a fresh chroot per cluster.
+
 State file protocol: ``dev-cluster.json`` is replaced atomically (temp file, fsync, rename, fsync
 directory) after every process is started or restarted, so a crash of ``up`` itself still leaves
 a record that ``down`` can act on. Processes are identified by pid *and* /proc start time (see
@@ -83,6 +88,8 @@ class ClusterInfo:
     broker_ports: tuple[int, ...]
     zookeeper_ports: tuple[int, ...]
     chroot: str = CHROOT
+    external_zookeeper: str | None = None
+    """Connection string (no chroot) of a ZooKeeper this cluster did not start, if any."""
 
     @property
     def bootstrap_servers(self) -> str:
@@ -91,6 +98,8 @@ class ClusterInfo:
     @property
     def zookeeper_hosts(self) -> str:
         """Connection string without the chroot."""
+        if self.external_zookeeper is not None:
+            return self.external_zookeeper
         return ",".join(f"{net.LOOPBACK}:{port}" for port in self.zookeeper_ports)
 
     @property
@@ -141,6 +150,7 @@ class _State:
     data_dir: Path
     chroot: str
     entries: list[_Entry]
+    external_zookeeper: str | None = None
 
     def of(self, role: Role) -> list[_Entry]:
         return [entry for entry in self.entries if entry.role == role]
@@ -155,7 +165,8 @@ class _State:
 
     def info(self) -> ClusterInfo:
         return ClusterInfo(self.data_dir, tuple(e.port for e in self.of("broker")),
-                           tuple(e.port for e in self.of("zookeeper")), self.chroot)
+                           tuple(e.port for e in self.of("zookeeper")), self.chroot,
+                           self.external_zookeeper)
 
     def save(self) -> None:
         document = {
@@ -163,6 +174,8 @@ class _State:
             "chroot": self.chroot,
             "processes": [entry.__dict__ for entry in self.entries],
         }
+        if self.external_zookeeper is not None:
+            document["external_zookeeper"] = self.external_zookeeper
         write_durably(self.data_dir / STATE_FILE, json.dumps(document, indent=2) + "\n")
 
 
@@ -178,7 +191,7 @@ def _load_state(data_dir: Path) -> _State | None:
     if document.get("format") != STATE_FORMAT:
         raise ClusterStateError(f"{path} has unknown format {document.get('format')!r}")
     entries = [_Entry(**raw) for raw in document["processes"]]
-    return _State(data_dir, document["chroot"], entries)
+    return _State(data_dir, document["chroot"], entries, document.get("external_zookeeper"))
 
 
 def _require_state(data_dir: Path) -> _State:
@@ -352,8 +365,13 @@ def up(
     zookeepers: int = 1,
     broker_overrides: dict[str, str] | None = None,
     timeout: float = DEFAULT_START_TIMEOUT_S,
+    external_zookeeper: str | None = None,
+    chroot: str = CHROOT,
 ) -> ClusterInfo:
     """Start ZooKeeper (``zookeepers`` members) and ``brokers`` brokers rooted in ``data_dir``.
+
+    With ``external_zookeeper`` (a connection string without chroot) no ZooKeeper is started:
+    the brokers use that one under ``chroot``.
 
     Returns once every ZooKeeper member serves clients and every broker answers ApiVersions, each
     wait bounded by ``timeout`` seconds. Existing data in ``data_dir`` is reused. Refuses
@@ -377,12 +395,13 @@ def up(
 
         first_zk_port = base_port + ZOOKEEPER_PORT_OFFSET if zookeeper_port is None \
             else zookeeper_port
-        servers = _zookeeper_servers(data_dir, first_zk_port, zookeepers)
+        servers = [] if external_zookeeper is not None else \
+            _zookeeper_servers(data_dir, first_zk_port, zookeepers)
         zk_commands = [server.command() for server in servers]  # fails early without java
         wanted = [base_port + index for index in range(brokers)]
         wanted += [server.client_port for server in servers]
-        wanted += [port for peer in servers[0].peers for port in (peer.peer_port,
-                                                                  peer.election_port)]
+        wanted += [port for server in servers[:1] for peer in server.peers
+                   for port in (peer.peer_port, peer.election_port)]
         busy = [port for port in wanted if not net.port_is_free(port)]
         if busy:
             raise StartupError(f"ports already in use: {', '.join(map(str, busy))}",
@@ -396,7 +415,7 @@ def up(
                   f"overlap the kernel's ephemeral range {low}-{high}; prefer a base port "
                   f"below {low}", file=sys.stderr)
 
-        state = _State(data_dir, CHROOT, [])
+        state = _State(data_dir, chroot, [], external_zookeeper)
         try:
             zk_entries = []
             for server, command in zip(servers, zk_commands, strict=True):
@@ -408,7 +427,7 @@ def up(
                 _spawn(state, entry)
             _wait_ready(zk_entries, timeout)
             info = state.info()
-            _ensure_chroot(info.zookeeper_hosts, CHROOT, timeout)
+            _ensure_chroot(info.zookeeper_hosts, chroot, timeout)
 
             broker_entries = []
             for broker_id in range(1, brokers + 1):

@@ -14,6 +14,15 @@ Usage in a test module or conftest::
         with zookeeper(tmp_path / "zk") as server:
             yield server          # server.hosts == "127.0.0.1:<port>"
 
+    # one ZooKeeper JVM for many clusters, each under a fresh chroot (kazoo's harness does this)
+    with zookeeper(tmp / "zk") as server:
+        with DevCluster(tmp / "a", brokers=3, zookeeper=server.hosts) as dev:
+            dev.create_topic("t", partitions=3, replication_factor=3)   # leaders + full ISR
+            wait_until(lambda: ..., timeout=10, message="what we waited for")
+
+A cluster on a shared ZooKeeper cannot fault ZooKeeper itself (``kill_zookeeper`` and friends
+raise :class:`ClusterStateError`): tests that pause or stop ZooKeeper start their own.
+
 Ports come from :func:`free_port_block` unless given, so tests can run next to a developer's own
 dev cluster and next to each other. Cleanup (``__exit__``) stops exactly the processes this
 harness started (pid + start time, via the cluster's state file), paused ones included, and
@@ -23,10 +32,13 @@ keeps the directory so a failing test's logs can be read (:meth:`DevCluster.brok
 from __future__ import annotations
 
 import contextlib
+import json
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 from loglake.dev import cluster, net, process
 from loglake.dev.cluster import ClusterInfo, ProcessStatus
@@ -34,7 +46,42 @@ from loglake.dev.errors import ClusterStateError, StartupError
 from loglake.dev.net import free_port_block
 from loglake.dev.zookeeper import DEFAULT_TICK_TIME_MS, ZooKeeperServer
 
-__all__ = ["DevCluster", "free_port_block", "zookeeper"]
+__all__ = ["DevCluster", "free_port_block", "wait_until", "zookeeper"]
+
+T = TypeVar("T")
+
+DEFAULT_WAIT_INTERVAL_S = 0.1
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float, message: str | Callable[[], str], *,
+    interval: float = DEFAULT_WAIT_INTERVAL_S,
+    ignore: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Call ``predicate()`` every ``interval`` seconds until it returns something truthy; return
+    that value.
+
+    After ``timeout`` seconds (the predicate is always called at least once, and once more at
+    the deadline) raise AssertionError with ``message`` (a string, or a callable evaluated then),
+    the bound and the last value returned. Exceptions of the types in ``ignore`` count as "not
+    yet" (the last one is reported); any other exception propagates at once.
+    """
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while True:
+        expired = time.monotonic() >= deadline
+        try:
+            value = predicate()
+        except ignore as exc:
+            last = exc
+        else:
+            if value:
+                return value
+            last = value
+        if expired:
+            text = message() if callable(message) else message
+            raise AssertionError(f"{text} (not within {timeout:g}s; last: {last!r})")
+        time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
 
 TEST_BROKER_DEFAULTS: dict[str, str] = {
     "zookeeper.session.timeout.ms": "6000",
@@ -66,8 +113,15 @@ class DevCluster:
         storage: str | None = None,
         start_timeout: float = cluster.DEFAULT_START_TIMEOUT_S,
         stop_timeout: float = cluster.DEFAULT_STOP_TIMEOUT_S,
+        zookeeper: str | None = None,
+        chroot: str | None = None,
     ) -> None:
-        zk_ports = 1 if zookeepers == 1 else 3 * zookeepers
+        """``zookeeper``: connection string (no chroot) of a running ZooKeeper to use instead of
+        starting one; the brokers then live under ``chroot`` (default: a fresh
+        ``/loglake-<random>``, so clusters sharing one ZooKeeper never see each other)."""
+        if zookeeper is not None and zookeepers != 1:
+            raise ValueError("an external ZooKeeper replaces the cluster's own ensemble")
+        zk_ports = 0 if zookeeper is not None else 1 if zookeepers == 1 else 3 * zookeepers
         if base_port is None or zookeeper_port is None:
             # one block for everything, so the broker and ZooKeeper ranges cannot overlap
             first = free_port_block(brokers + zk_ports)
@@ -78,6 +132,9 @@ class DevCluster:
         self.base_port = base_port
         self.zookeepers = zookeepers
         self.zookeeper_port = zookeeper_port
+        self.external_zookeeper = zookeeper
+        self.requested_chroot = chroot if chroot is not None else (
+            cluster.CHROOT if zookeeper is None else f"/loglake-{uuid.uuid4().hex[:12]}")
         self.broker_overrides = {**TEST_BROKER_DEFAULTS, **(broker_overrides or {})}
         if storage is not None:
             self.broker_overrides["remote.log.storage.url"] = storage
@@ -95,7 +152,8 @@ class DevCluster:
         self._info = cluster.up(
             self.data_dir, brokers=self.brokers, base_port=self.base_port,
             zookeeper_port=self.zookeeper_port, zookeepers=self.zookeepers,
-            broker_overrides=self.broker_overrides or None, timeout=self.start_timeout)
+            broker_overrides=self.broker_overrides or None, timeout=self.start_timeout,
+            external_zookeeper=self.external_zookeeper, chroot=self.requested_chroot)
         return self
 
     def stop(self) -> None:
@@ -146,6 +204,78 @@ class DevCluster:
 
     def status(self) -> list[ProcessStatus]:
         return cluster.status(self.data_dir)
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, *, partitions: int = 1, replication_factor: int = 1,
+        configs: Mapping[str, str] | None = None, wait_isr: bool = True, timeout: float = 30.0,
+    ) -> None:
+        """Create ``name`` through CreateTopics (confluent-kafka's AdminClient).
+
+        With ``wait_isr`` return only once every partition has a leader and a full ISR (all
+        assigned replicas) in ZooKeeper and the brokers' Metadata shows every partition with a
+        leader (see :meth:`wait_topic_ready`). Each wait is bounded by ``timeout`` seconds.
+        """
+        from confluent_kafka.admin import AdminClient, NewTopic  # heavy import
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
+                      config=dict(configs or {}))],
+            operation_timeout=timeout, request_timeout=timeout)
+        futures[name].result(timeout=timeout)
+        if wait_isr:
+            self.wait_topic_ready(name, partitions=partitions, timeout=timeout)
+
+    def wait_topic_ready(self, name: str, *, partitions: int, timeout: float = 30.0) -> None:
+        """Return once each of the ``partitions`` partitions of ``name`` has a leader and every
+        assigned replica in its ISR (ZooKeeper state) and Metadata reports every partition with
+        a leader. AssertionError (with the last state seen) after ``timeout`` seconds."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import NoNodeError
+
+        zk = KazooClient(hosts=self.zookeeper_connect, timeout=timeout)
+        zk.start(timeout=timeout)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+
+        def zookeeper_ready() -> str:
+            """Empty once ready, else what is missing."""
+            try:
+                assignment = json.loads(zk.get(f"/brokers/topics/{name}")[0])["partitions"]
+                for index in range(partitions):
+                    raw, _ = zk.get(f"/brokers/topics/{name}/partitions/{index}/state")
+                    state = json.loads(raw)
+                    replicas = assignment[str(index)]
+                    if state["leader"] < 0 or sorted(state["isr"]) != sorted(replicas):
+                        return f"partition {index}: state {state}, replicas {replicas}"
+            except (NoNodeError, KeyError) as exc:
+                return f"not in ZooKeeper yet ({exc!r})"
+            return ""
+
+        def metadata_ready() -> str:
+            topic = admin.list_topics(name, timeout=5).topics.get(name)
+            if topic is None or topic.error is not None:
+                return f"metadata: {topic.error if topic is not None else 'no topic'}"
+            missing = [index for index in range(partitions)
+                       if index not in topic.partitions or topic.partitions[index].leader < 0]
+            return f"metadata: no leader for partitions {missing}" if missing else ""
+
+        try:
+            last = {"state": ""}
+
+            def ready() -> bool:
+                last["state"] = zookeeper_ready() or metadata_ready()
+                return not last["state"]
+
+            wait_until(ready, timeout,
+                       lambda: f"topic {name} not ready in {self.zookeeper_connect}: "
+                               f"{last['state']}", interval=0.1, ignore=(KafkaException,))
+        finally:
+            zk.stop()
+            zk.close()
 
     def broker_log(self, broker_id: int) -> str:
         """Everything broker ``broker_id`` wrote to stdout/stderr so far (all its runs)."""
