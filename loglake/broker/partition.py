@@ -14,11 +14,14 @@ Invariants:
   restarted replica does not expose uncommitted records nor hide committed ones for long.
 * On becoming leader with epoch E, the leader-epoch cache records (E, LEO): followers truncate
   against it (KIP-101/279) instead of trusting their HW.
-* acks=all waiters complete when HW passes their last offset, fail with NOT_LEADER_OR_FOLLOWER
-  when this replica stops leading, and time out otherwise.
+* Waiters (:meth:`Partition.waiter`, used by the replica manager's delayed produce and delayed
+  fetch, broker/delayed_operations.py) are woken by every append, high-watermark move,
+  log-start move, loss of leadership and by :meth:`Partition.close`.
 * A follower is *caught up* at time T if its fetch offset reached the leader's LEO as it was at
   its previous fetch at T (Kafka's rule); followers not caught up for ``replica.lag.time.max.ms``
-  leave the ISR, followers whose LEO reaches HW (and the current epoch's start) rejoin it.
+  leave the ISR, followers whose LEO reaches HW (and the current epoch's start) with a fetch in
+  the last ``FRESH_FETCH_MS`` rejoin it. :meth:`isr_changes` only names them: the broker writes
+  the new ISR to ZooKeeper, and it takes effect here through :meth:`apply_state`.
 * The log start offset only moves forward (DeleteRecords, retention: :meth:`advance_log_start`).
   Followers adopt the leader's from fetch responses; the leader keeps the one each follower
   reports in its fetches, and the *low watermark* (:meth:`low_watermark`) is the smallest over
@@ -33,13 +36,18 @@ import asyncio
 import enum
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from loglake.broker.producer_state import ProducerStateTable
 from loglake.catalog.zookeeper import PartitionState
 from loglake.config import TopicConfig
-from loglake.errors import NotLeaderError, OutOfOrderSequenceError
+from loglake.errors import (
+    FencedLeaderEpochError,
+    NotLeaderError,
+    OutOfOrderSequenceError,
+    UnknownLeaderEpochError,
+)
 from loglake.segments import checkpoint
 from loglake.segments.batch import parse_batches
 from loglake.segments.log import PartitionLog
@@ -78,12 +86,6 @@ class AppendOutcome:
         self.log_start_offset = log_start_offset
 
 
-@dataclass
-class _AckWaiter:
-    offset: int
-    future: asyncio.Future[None] = field(repr=False)
-
-
 class Partition:
     def __init__(
         self,
@@ -110,8 +112,8 @@ class Partition:
         self.followers: dict[int, FollowerProgress] = {}
         self._hw = min(self._read_hw_checkpoint(), self.log.log_end_offset)
         self._hw_checkpointed = self._hw
+        self.closed = False
         self._waiters: set[asyncio.Future[None]] = set()
-        self._ack_waiters: list[_AckWaiter] = []
         for header in self.log.batch_headers(self.log.log_start_offset):
             self.producers.record_batch(header)
 
@@ -163,7 +165,7 @@ class Partition:
         self.role = Role.FOLLOWER
         self.leader_epoch = state.leader_epoch
         self.followers.clear()
-        self._fail_ack_waiters()
+        self._wake()  # delayed produces fail, long polls answer NOT_LEADER_OR_FOLLOWER
         return new_leader
 
     def _become_leader(self, state: PartitionState) -> None:
@@ -199,6 +201,17 @@ class Partition:
                 f"(leader: {self.leader_id})."
             )
 
+    def check_leader_epoch(self, requested: int) -> None:
+        """KIP-320: a request naming a leader epoch (-1: none) must name the current one;
+        FencedLeaderEpochError when it is older, UnknownLeaderEpochError when newer."""
+        if requested < 0 or requested == self.leader_epoch:
+            return
+        message = (f"Leader epoch {requested} does not match current epoch "
+                   f"{self.leader_epoch} of {self.name}.")
+        if requested < self.leader_epoch:
+            raise FencedLeaderEpochError(message)
+        raise UnknownLeaderEpochError(message)
+
     # ------------------------------------------------------------------ leader: append
     def append(self, records: bytes) -> AppendOutcome:
         """Append a producer's batches as leader; wakes fetchers. As in Kafka, every record is
@@ -225,27 +238,6 @@ class Partition:
         self._wake()
         return AppendOutcome(result.base_offset, result.last_offset, result.log_append_time_ms,
                              result.log_start_offset)
-
-    async def wait_committed(self, last_offset: int, timeout: float) -> None:
-        """Wait until HW > ``last_offset`` (acks=all). TimeoutError or NotLeaderError."""
-        if self._hw > last_offset:
-            return
-        self.require_leader()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ack_waiters.append(_AckWaiter(last_offset, future))
-        try:
-            await asyncio.wait_for(asyncio.shield(future), timeout)
-        finally:
-            self._ack_waiters = [w for w in self._ack_waiters if w.future is not future]
-
-    def _fail_ack_waiters(self) -> None:
-        waiters, self._ack_waiters = self._ack_waiters, []
-        for waiter in waiters:
-            if not waiter.future.done():
-                waiter.future.set_exception(NotLeaderError(
-                    f"Broker {self.broker_id} lost leadership of {self.name} before the write "
-                    "was replicated."
-                ))
 
     # ------------------------------------------------------------------ leader: followers
     def record_follower_fetch(self, replica: int, fetch_offset: int,
@@ -326,18 +318,7 @@ class Partition:
         new_hw = min(candidates)
         if new_hw > self._hw:
             self._hw = new_hw
-            self._complete_ack_waiters()
             self._wake()
-
-    def _complete_ack_waiters(self) -> None:
-        remaining = []
-        for waiter in self._ack_waiters:
-            if waiter.offset < self._hw:
-                if not waiter.future.done():
-                    waiter.future.set_result(None)
-            else:
-                remaining.append(waiter)
-        self._ack_waiters = remaining
 
     # ------------------------------------------------------------------ log start
     def advance_log_start(self, offset: int) -> bool:
@@ -397,7 +378,8 @@ class Partition:
                              min_one_batch=min_one_batch)
 
     def waiter(self) -> asyncio.Future[None]:
-        """A future completed at the next append or HW change (long-polling fetches)."""
+        """A future completed at the next change (see the module: append, HW or log-start
+        move, loss of leadership, close); the waiter re-checks what it waits for."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.add(future)
         future.add_done_callback(self._waiters.discard)
@@ -422,7 +404,7 @@ class Partition:
         self.log.update_config(config)
 
     def close(self) -> None:
-        self._fail_ack_waiters()
+        self.closed = True
         self._wake()
         self.checkpoint_hw()
         self.log.close()

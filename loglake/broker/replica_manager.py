@@ -1,28 +1,94 @@
-"""The replica manager: the partitions this broker hosts and the replication rules of produce
-and fetch (Kafka's ``ReplicaManager``).
+"""The replica manager: the partitions this broker hosts and the replication rules of produce,
+fetch and offset lookups (Kafka's ``ReplicaManager``). Request handlers only decode a request,
+make one call here and encode the answer.
 
-It owns the hosted replicas (``partitions``) and the hosted replicas that could not be opened
-(``offline_partitions``: topic-partition -> why); the broker adds and removes entries as
-ZooKeeper's assignment changes. Request handlers reach partitions only through it:
-:meth:`ReplicaManager.leader_partition` answers a partition only while this broker leads it and
-holds a valid ZooKeeper lease (``lease_valid``), so a broker cut off from ZooKeeper never
-acknowledges a write nor serves a read as leader.
+Hosted replicas: ``partitions`` (open replicas) and ``offline_partitions`` (hosted replicas that
+could not be opened: topic-partition -> why); the broker adds and removes entries as ZooKeeper's
+assignment changes. :meth:`ReplicaManager.leader_partition` answers a partition only while this
+broker leads it and holds a valid ZooKeeper lease (``lease_valid``), so a broker cut off from
+ZooKeeper never acknowledges a write nor serves a read as leader.
+
+Produce (:meth:`ReplicaManager.append_records`, Kafka's ``appendRecords``): acks must be 0, 1 or
+-1 (INVALID_REQUIRED_ACKS otherwise); transactional produce is refused (INVALID_REQUEST). Every
+partition's records are validated before anything is appended: the request-level rules
+(segments/validation.py: one batch per partition, magic 2, zstd needs v7, no transactional
+batches) here, the batch and record rules in the log's append. acks=-1 is refused up front with
+NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas``, otherwise appended and
+answered by a *delayed produce* (broker/delayed_operations.py): once the high watermark passes
+the batch, REQUEST_TIMED_OUT after the request's timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND if
+the ISR shrank below the minimum meanwhile. Partitions of one request are appended concurrently
+and independently, in request order: one failing partition does not fail the others.
+
+Fetch (:meth:`ReplicaManager.fetch_messages`, Kafka's ``fetchMessages``): every requested
+partition is answered, in request order. The answer goes when the accumulated record bytes reach
+``min_bytes``, when any partition has an error, or when ``max_wait`` elapses; until then the
+fetch is a *delayed fetch*, re-read whenever one of its partitions changes (append, high
+watermark or log start move, leadership loss). Size limits follow KIP-74: ``max_bytes`` per
+partition and for the whole response, but the first batch of the first non-empty partition is
+returned whole even if larger. KIP-320: a fetch naming an old leader epoch gets
+FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH; a follower whose last fetched epoch
+diverges from our log gets the diverging epoch and end offset (and no progress is counted).
+Consumers read below the high watermark, followers up to the log end. A follower's fetch
+position counts (once, on the first pass) as of the request's arrival: a long poll completing
+later must not make a follower that left the ISR meanwhile look freshly caught up.
+
+Tiered storage: a consumer fetch below the local log start is answered from the topic's Delta
+table (the tier re-encodes the original batches), and the log start offset consumers see (Fetch,
+ListOffsets earliest) is the table's first offset. Follower fetches never read the table: below
+the leader's local log start they get OFFSET_OUT_OF_RANGE carrying the leader's local log start,
+and restart there. A tier read that fails for any other reason answers KAFKA_STORAGE_ERROR.
+
+Replication throttle (broker/replication_quota.py): a follower fetch of a partition this leader
+throttles gets at most what the leader's bucket holds (no records while it is in debt: the long
+poll waits), and the bytes sent are recorded.
+
+Offsets: :meth:`ReplicaManager.offset_for_timestamp` (ListOffsets v1+),
+:meth:`ReplicaManager.legacy_offsets` (ListOffsets v0) and
+:meth:`ReplicaManager.end_offset_for_epoch` (OffsetForLeaderEpoch).
 
 Thread-safety: event-loop thread only (like :class:`~loglake.broker.partition.Partition`); no
-locks.
+locks. Segment files' modification times are read in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
+from kio.schema.errors import ErrorCode
+
+from loglake.broker.delayed_operations import await_change, await_replication
 from loglake.broker.partition import Partition
 from loglake.broker.replication_quota import ReplicationQuotas
 from loglake.catalog.zookeeper import TopicMetadata
 from loglake.config import BrokerConfig
-from loglake.errors import KafkaStorageError, NotLeaderError, UnknownTopicError
+from loglake.errors import (
+    InvalidRecordError,
+    InvalidRequestError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    LoglakeError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RecordError,
+    UnknownTopicError,
+)
+from loglake.segments.validation import check_produce_records
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+NO_RESPONSE_LIMIT = 2**31 - 1
+"""The response byte limit of fetches without one (Fetch v0-2)."""
 
 
 class TopicsView(Protocol):
@@ -49,6 +115,92 @@ class TierReader(Protocol):
 
     async def offset_for_timestamp(self, partition: Partition,
                                    timestamp_ms: int) -> tuple[int, int] | None: ...
+
+
+@dataclass
+class ProduceResult:
+    """One partition's answer to a produce (Kafka's ``PartitionResponse``)."""
+
+    topic: str
+    index: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    record_errors: tuple[RecordError, ...] = ()  # INVALID_RECORD / INVALID_TIMESTAMP (KIP-467)
+    base_offset: int = -1
+    log_start_offset: int = -1
+    log_append_time_ms: int = -1  # -1: CreateTime topic
+
+
+@dataclass(frozen=True)
+class FetchParams:
+    """What a fetch request says about the whole fetch (Kafka's ``FetchParams``)."""
+
+    replica_id: int = -1  # a follower's broker id; negative: a consumer
+    max_wait_s: float = 0.0
+    min_bytes: int = 0
+    max_bytes: int = NO_RESPONSE_LIMIT  # record bytes in the whole response
+
+    @property
+    def from_follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+@dataclass(frozen=True)
+class PartitionFetch:
+    """One requested partition of a fetch (-1: the request does not say)."""
+
+    topic: str
+    index: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1  # followers (KIP-320)
+    log_start_offset: int = -1  # followers: their log start
+
+
+@dataclass
+class FetchResult:
+    """One partition's answer to a fetch. On an error the fields learnt before it keep their
+    values (an OFFSET_OUT_OF_RANGE carries the high watermark and log start offset)."""
+
+    topic: str
+    index: int
+    error: ErrorCode = ErrorCode.none
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), KIP-320
+
+
+@dataclass(frozen=True)
+class OffsetAndTimestamp:
+    """A ListOffsets answer: the offset found, its timestamp (-1: none) and the leader epoch."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+
+
+@dataclass
+class _TierRead:
+    """A consumer fetch below the local log start, answered from the tier."""
+
+    result: FetchResult
+    partition: Partition
+    offset: int
+    max_bytes: int
+
+
+@dataclass
+class _Pass:
+    """One read over a fetch's partitions."""
+
+    results: list[FetchResult] = field(default_factory=list)
+    total: int = 0  # record bytes
+    failed: bool = False
+    watched: list[Partition] = field(default_factory=list)  # what a delayed fetch waits on
+    below: list[_TierRead] = field(default_factory=list)
 
 
 class ReplicaManager:
@@ -97,3 +249,256 @@ class ReplicaManager:
                 f"act as leader of {topic}-{index}."
             )
         return partition
+
+    # ------------------------------------------------------------------ produce
+    async def append_records(
+        self, entries: Sequence[tuple[str, int, bytes | None]], *, acks: int, timeout: float,
+        api_version: int, transactional_id: str | None = None,
+    ) -> list[ProduceResult]:
+        """Append each ``(topic, partition, records)`` as leader and answer each, in order
+        (see the module: acks, min.insync.replicas, the delayed produce). ``timeout`` is the
+        request's, in seconds; ``api_version`` the Produce version (validation rules)."""
+        return list(await asyncio.gather(*(
+            self._append(topic, index, records, acks=acks, timeout=max(timeout, 0.0),
+                         api_version=api_version, transactional_id=transactional_id)
+            for topic, index, records in entries
+        )))
+
+    async def _append(self, topic: str, index: int, records: bytes | None, *, acks: int,
+                      timeout: float, api_version: int,
+                      transactional_id: str | None) -> ProduceResult:
+        result = ProduceResult(topic, index)
+        if acks not in (0, 1, -1):
+            result.error = ErrorCode.invalid_required_acks
+            result.message = f"acks={acks} is not one of 0, 1, -1 (all)."
+            return result
+        try:
+            if transactional_id is not None:
+                raise InvalidRequestError("Transactions are not supported by this broker.")
+            if not records:
+                raise InvalidRequestError("Produce request carries no record batches.")
+            partition = self.leader_partition(topic, index)
+            check_produce_records(records, api_version)
+            min_isr = partition.config.min_insync_replicas
+            if acks == -1 and len(partition.isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"{partition.name} has {len(partition.isr)} in-sync replicas "
+                    f"{list(partition.isr)}, min.insync.replicas is {min_isr}."
+                )
+            outcome = partition.append(bytes(records))
+            if acks == -1:
+                await await_replication(partition, outcome.last_offset, min_isr, timeout)
+        except LoglakeError as exc:
+            result.error = exc.code
+            result.message = exc.message
+            if isinstance(exc, InvalidRecordError | InvalidTimestampError):
+                result.record_errors = tuple(exc.record_errors)
+            return result
+        result.base_offset = outcome.base_offset
+        result.log_start_offset = outcome.log_start_offset
+        result.log_append_time_ms = outcome.log_append_time_ms
+        return result
+
+    # ------------------------------------------------------------------ fetch
+    async def fetch_messages(self, params: FetchParams,
+                             wanted: Sequence[PartitionFetch]) -> list[FetchResult]:
+        """Read ``wanted`` as leader, long-polling up to ``params.max_wait_s`` for
+        ``params.min_bytes`` (the delayed fetch; see the module). One result per entry of
+        ``wanted``, in order."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + params.max_wait_s
+        first = True
+        while True:
+            attempt = self._read(params, wanted, first)
+            first = False
+            if attempt.below:
+                await self._read_tier(params, attempt)
+            remaining = deadline - loop.time()
+            if (attempt.total >= params.min_bytes or attempt.failed or remaining <= 0
+                    or not attempt.watched):
+                return attempt.results
+            await await_change(attempt.watched, remaining)
+
+    def _read(self, params: FetchParams, wanted: Sequence[PartitionFetch],
+              first: bool) -> _Pass:
+        """One pass over the requested partitions (local logs only; reads below the local log
+        start are left in ``below`` for :meth:`_read_tier`)."""
+        attempt = _Pass()
+        tiering = self.tier.storage is not None
+        replica = params.replica_id
+        for want in wanted:
+            result = FetchResult(want.topic, want.index)
+            attempt.results.append(result)
+            try:
+                partition = self.leader_partition(want.topic, want.index)
+                partition.check_leader_epoch(want.current_leader_epoch)
+                if params.from_follower:
+                    diverging = partition.follower_divergence(want.last_fetched_epoch,
+                                                              want.fetch_offset)
+                    if diverging is not None:  # no progress counted until it truncates
+                        result.high_watermark = partition.high_watermark
+                        result.log_start_offset = partition.log_start_offset
+                        result.diverging_epoch = diverging
+                        continue
+                    if first:
+                        partition.record_follower_fetch(replica, want.fetch_offset,
+                                                        want.log_start_offset)
+                result.high_watermark = partition.high_watermark
+                result.last_stable_offset = partition.high_watermark
+                result.log_start_offset = partition.log_start_offset
+                if not params.from_follower and tiering:
+                    result.log_start_offset = self.tier.known_log_start(partition)
+                    if 0 <= want.fetch_offset < partition.log_start_offset:
+                        attempt.below.append(_TierRead(result, partition, want.fetch_offset,
+                                                       want.max_bytes))
+                        continue
+                if not partition.log_start_offset <= want.fetch_offset <= (
+                    partition.log.log_end_offset
+                ):
+                    raise OffsetOutOfRangeError(
+                        f"Fetch offset {want.fetch_offset} is out of range for "
+                        f"{want.topic}-{want.index}: [{partition.log_start_offset}, "
+                        f"{partition.log.log_end_offset}]."
+                    )
+                limit = min(want.max_bytes, params.max_bytes - attempt.total)
+                throttled = (params.from_follower
+                             and self.quotas.leader_throttles(partition, replica))
+                if throttled:
+                    limit = min(limit, self.quotas.leader.available())
+                records = b""
+                visible = (partition.log.log_end_offset if params.from_follower
+                           else partition.high_watermark)
+                if want.fetch_offset < visible and (
+                        limit > 0 or (attempt.total == 0 and not throttled)):
+                    records = partition.read(want.fetch_offset, max(limit, 0),
+                                             min_one_batch=attempt.total == 0,
+                                             committed_only=not params.from_follower)
+                if throttled:
+                    self.quotas.leader.record(len(records))
+                result.records = records
+                attempt.total += len(records)
+                attempt.watched.append(partition)
+            except LoglakeError as exc:
+                result.error = exc.code
+                attempt.failed = True
+        return attempt
+
+    async def _read_tier(self, params: FetchParams, attempt: _Pass) -> None:
+        """Fill the results of fetches below the local log start from the Delta table."""
+        for read in attempt.below:
+            result, partition, offset = read.result, read.partition, read.offset
+            try:
+                start = await self.tier.log_start(partition)
+                result.log_start_offset = start
+                limit = min(read.max_bytes, params.max_bytes - attempt.total)
+                records = None
+                if offset >= start and (limit > 0 or attempt.total == 0):
+                    records = await self.tier.read(partition, offset, max(limit, 0),
+                                                   min_one_batch=attempt.total == 0)
+                if records is None:
+                    raise OffsetOutOfRangeError(
+                        f"Fetch offset {offset} is out of range for {partition.name}: the log "
+                        f"holds [{start}, {partition.log.log_end_offset}]."
+                    )
+                result.records = records
+                attempt.total += len(records)
+            except LoglakeError as exc:
+                result.error = exc.code
+                attempt.failed = True
+            except Exception as exc:  # storage unreachable, unreadable file: retriable
+                log.warning("tier read of %s at %d failed: %s", partition.name, offset, exc)
+                result.error = ErrorCode.kafka_storage_error
+                attempt.failed = True
+
+    # ------------------------------------------------------------------ offsets
+    async def offset_for_timestamp(self, topic: str, index: int, timestamp: int, *,
+                                   current_leader_epoch: int = -1) -> OffsetAndTimestamp:
+        """ListOffsets v1+ (Kafka's ``fetchOffsetForTimestamp``): EARLIEST (-2) is the first
+        offset consumers see (the tier's when tiered), LATEST (-1) the high watermark,
+        MAX_TIMESTAMP (-3) the record with the largest timestamp, any other timestamp the
+        first record at or after it below the high watermark (offset -1 when none)."""
+        partition = self.leader_partition(topic, index)
+        partition.check_leader_epoch(current_leader_epoch)
+        offset, found = await self._lookup(partition, timestamp)
+        return OffsetAndTimestamp(offset, found, partition.leader_epoch)
+
+    async def _lookup(self, partition: Partition, timestamp: int) -> tuple[int, int]:
+        if timestamp == EARLIEST_TIMESTAMP:
+            return await self.tier.log_start(partition), -1
+        if timestamp == LATEST_TIMESTAMP:
+            return partition.high_watermark, -1
+        if timestamp == MAX_TIMESTAMP:
+            found = partition.log.max_timestamp()
+            if found is None:
+                return -1, -1
+            max_ts, offset = found
+            return offset, max_ts
+        hit = None
+        if partition.log_start_offset > 0 and timestamp >= 0:
+            hit = await self.tier.offset_for_timestamp(partition, timestamp)
+        if hit is None:
+            hit = partition.log.offset_for_timestamp(timestamp)
+        if hit is None or hit[0] >= partition.high_watermark:
+            return -1, -1
+        return hit[0], hit[1]
+
+    async def legacy_offsets(self, topic: str, index: int, timestamp: int,
+                             max_num_offsets: int, *, replica_id: int) -> list[int]:
+        """ListOffsets v0 (Kafka's ``legacyFetchOffsetsBefore``). The candidates are, per
+        segment, ``(max(base offset, log start offset), file modification time)``, plus
+        ``(log end offset, now)`` if the last segment is not empty; LATEST (-1) starts at the
+        last candidate, EARLIEST (-2) at the first (the first consumer-visible offset, the
+        tier's when the topic is tiered), any other timestamp at the last candidate whose time
+        is not after it. At most ``max_num_offsets`` offsets are returned, going back from
+        there, in descending order. A consumer (``replica_id`` -1) never sees offsets above the
+        high watermark: they are replaced by it. ``replica_id`` -2 (debugging) may read a
+        follower replica."""
+        key = (topic, index)
+        if replica_id == -2 and key in self.partitions:
+            partition = self.partitions[key]
+        else:
+            partition = self.leader_partition(topic, index)
+        infos = partition.log.segment_infos()
+        start = partition.log_start_offset
+        mtimes = await asyncio.to_thread(_mtimes_ms, [info.log_path for info in infos])
+        candidates = [(max(info.base_offset, start), mtime)
+                      for info, mtime in zip(infos, mtimes, strict=True)]
+        if infos and infos[-1].size_bytes > 0:
+            candidates.append((partition.log.log_end_offset, int(self.clock() * 1000)))
+        if candidates:
+            first = await self.tier.log_start(partition)
+            candidates[0] = (min(candidates[0][0], first), candidates[0][1])
+        if timestamp == LATEST_TIMESTAMP:
+            position = len(candidates) - 1
+        elif timestamp == EARLIEST_TIMESTAMP:
+            position = 0
+        else:
+            position = len(candidates) - 1
+            while position >= 0 and candidates[position][1] > timestamp:
+                position -= 1
+        count = max(min(max_num_offsets, position + 1), 0)
+        offsets = sorted((candidates[position - j][0] for j in range(count)), reverse=True)
+        if replica_id == -1 and any(offset > partition.high_watermark for offset in offsets):
+            hw = partition.high_watermark
+            offsets = [hw] + [offset for offset in offsets if offset <= hw]
+        return offsets
+
+    def end_offset_for_epoch(self, topic: str, index: int, leader_epoch: int, *,
+                             current_leader_epoch: int = -1) -> tuple[int, int]:
+        """OffsetForLeaderEpoch (KIP-101/279): ``(epoch, end offset)`` of ``leader_epoch`` in
+        this leader's log (the largest epoch not above it, and where the next one starts)."""
+        partition = self.leader_partition(topic, index)
+        partition.check_leader_epoch(current_leader_epoch)
+        epoch, end = partition.log.leader_epoch_cache.end_offset_for(leader_epoch)
+        return epoch, end
+
+
+def _mtimes_ms(paths: Sequence[Path]) -> list[int]:
+    """Modification times in ms of segment files (0 for a file gone meanwhile)."""
+    times = []
+    for path in paths:
+        try:
+            times.append(int(os.stat(path).st_mtime * 1000))
+        except OSError:
+            times.append(0)
+    return times
