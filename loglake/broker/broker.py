@@ -63,7 +63,7 @@ from loglake.broker.partition import Partition, Role
 from loglake.broker.replica_fetcher import ReplicaFetcher
 from loglake.broker.replica_manager import ReplicaManager
 from loglake.broker.replication_quota import DEFAULT_ENTITY, ReplicationQuotas, effective_rates
-from loglake.broker.tiering import Tierer
+from loglake.broker.tiering import Tierer, ZooKeeperCallables
 from loglake.catalog.zookeeper import (
     RETRY_MAX_DELAY_S,
     BrokerInfo,
@@ -110,7 +110,12 @@ class Broker:
         self.apply_broker_configs()
         self.controller = Controller(self)
         self.groups = GroupCoordinator(self)
-        self.tierer = Tierer(self)
+        self.tierer = Tierer(
+            config, zookeeper=ZooKeeperCallables(self.catalog, self.zk_call, self.zk_healthy,
+                                                 self.run_soon),
+            hosted=lambda: self.replicas.partitions,
+            topic_config=lambda topic: self.topic_configs.get(topic),
+            clock=clock, stopping=lambda: self.stopping)
         self.replicas = ReplicaManager(config, metadata=self, lease_valid=self.zk_healthy,
                                        tier=self.tierer, quotas=self.replication_quotas,
                                        clock=clock)
