@@ -8,6 +8,11 @@ States (Kafka's ``GroupState``)::
         PreparingRebalance
     any --last member gone--> Empty;  Empty --DeleteGroups--> Dead
 
+Every assignment to ``Group.state`` is checked against Kafka's allowed-transitions table
+(:mod:`loglake.broker.groups.group_states`) and an illegal one raises
+IllegalGroupStateTransition; only :meth:`Group.from_json` (a group restored by a new
+coordinator) sets the state without a transition.
+
 Invariants: ``generation`` increases by one at every completed join phase; only members of the
 current generation may sync, heartbeat or commit; a static member (``group.instance.id``) maps
 to exactly one member id at a time, and a newer join with that instance id fences the older
@@ -20,17 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from loglake.broker.groups.group_states import GroupState, check_transition
 
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
+__all__ = ["Group", "GroupState", "Member"]
 
 
 @dataclass
@@ -82,7 +82,6 @@ class Member:
 @dataclass
 class Group:
     group_id: str
-    state: GroupState = GroupState.EMPTY
     generation: int = 0
     protocol_type: str | None = None
     protocol: str | None = None
@@ -93,6 +92,17 @@ class Group:
     rebalance_deadline: float = 0.0
     empty_since_ms: int = 0
     zk_version: int = -1  # version of the persisted state znode (-1: none yet)
+    _state: GroupState = field(default=GroupState.EMPTY, init=False)
+
+    @property
+    def state(self) -> GroupState:
+        return self._state
+
+    @state.setter
+    def state(self, target: GroupState) -> None:
+        """Move to ``target``; IllegalGroupStateTransition if the table does not allow it."""
+        check_transition(self.group_id, self._state, target)
+        self._state = target
 
     def is_empty(self) -> bool:
         return not self.members
@@ -147,6 +157,6 @@ class Group:
         group.static = {m.group_instance_id: m.member_id for m in members if m.group_instance_id}
         state = GroupState(data.get("state", "Empty"))
         # a group persisted mid-rebalance restarts its rebalance under the new coordinator
-        group.state = (GroupState.STABLE if state is GroupState.STABLE and members
-                       else GroupState.EMPTY if not members else GroupState.PREPARING_REBALANCE)
+        group._state = (GroupState.STABLE if state is GroupState.STABLE and members
+                        else GroupState.EMPTY if not members else GroupState.PREPARING_REBALANCE)
         return group
