@@ -355,7 +355,7 @@ def run_baseline(storage: Storage, partitions: int, out: Path) -> tuple[float, i
 def start_spark(master: str) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from loglake.catalog.sql_cli import quiet_session
+    from loglake.streaming.sql_cli import quiet_session
 
     return quiet_session(master)
 

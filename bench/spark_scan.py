@@ -34,12 +34,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from measure import Progress, log, write_results
 from produce_consume import machine_info
 
-from loglake.catalog.spark import register_topics
-from loglake.catalog.sql_cli import quiet_session
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.dev.harness import DevCluster
 from loglake.segments.storage import Storage
 from loglake.segments.tiered_table import TieredTable
+from loglake.streaming.sql_cli import quiet_session
+from loglake.streaming.sql_views import register_topics
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TOPIC = "scan"

@@ -12,10 +12,11 @@ from loglake.errors import LoglakeError
 def build_parser() -> argparse.ArgumentParser:
     from loglake import demo
     from loglake.broker import main as broker_main
-    from loglake.catalog import sql_cli, tiering_cli
+    from loglake.catalog import tiering_cli
     from loglake.client import cli as client_cli
     from loglake.compaction import cli as compaction_cli
     from loglake.dev import cli as dev_cli
+    from loglake.streaming import sql_cli
 
     parser = argparse.ArgumentParser(prog="loglake", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

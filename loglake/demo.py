@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _scenario(args.data, info.bootstrap_servers, args.records)
         status = _wait_tiering(info.zookeeper_connect)
-        from loglake.catalog.sql_cli import quiet_session
+        from loglake.streaming.sql_cli import quiet_session
 
         spark = quiet_session("local[2]")
         try:
@@ -195,7 +195,7 @@ def _tiered_query(zookeeper: str, spark: SparkSession,
                   status: dict[int, dict[str, object]]) -> None:
     """Count the topic with Spark SQL (Delta history + hot tail)."""
     print("==> Spark SQL over the topic: one view = Delta history (native Parquet) + hot tail")
-    from loglake.catalog.spark import register_topics
+    from loglake.streaming.sql_views import register_topics
 
     register_topics(spark, zookeeper=zookeeper, topics=[TOPIC])
     query = (f"SELECT partition, count(*) AS records, count(DISTINCT offset) AS distinct, "

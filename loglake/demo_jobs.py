@@ -220,7 +220,7 @@ def _compaction(bootstrap: str, cluster: Cluster, spark: SparkSession,
 
 
 def _retention(bootstrap: str, cluster: Cluster, spark: SparkSession) -> None:
-    from loglake.catalog.spark import register_topics
+    from loglake.streaming.sql_views import register_topics
 
     with Consumer(bootstrap) as probe:
         low_before, high = probe.watermarks(EVENTS, 0)

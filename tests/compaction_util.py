@@ -102,7 +102,7 @@ def consume_all(bootstrap: str, topic: str, partitions: Iterable[int], *, until:
 
 
 def spark_records(spark: Any, zookeeper: str, topic: str) -> list[Record]:
-    from loglake.catalog.spark import quote_identifier, register_topics
+    from loglake.streaming.sql_views import quote_identifier, register_topics
 
     register_topics(spark, zookeeper=zookeeper, topics=[topic])
     rows = spark.sql(f"SELECT partition, offset, key, value FROM {quote_identifier(topic)}"

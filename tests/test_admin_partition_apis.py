@@ -39,11 +39,11 @@ from kafka.structs import TopicPartition as KafkaPythonTopicPartition
 from kio.schema.errors import ErrorCode
 from pyspark.sql import SparkSession
 
-from loglake.catalog.spark import quote_identifier, register_topics
 from loglake.dev.harness import DevCluster
 from loglake.segments import checkpoint
 from loglake.segments.filenames import LOG_START_OFFSET_CHECKPOINT
 from loglake.segments.tiered_table import TieredTable
+from loglake.streaming.sql_views import quote_identifier, register_topics
 from tests.admin_util import create_topic
 from tests.replication_checks import (
     ZooKeeperView,

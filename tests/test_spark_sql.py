@@ -1,4 +1,4 @@
-"""Topics as Spark SQL tables (catalog/spark.py) and ``loglake sql`` (catalog/sql_cli.py).
+"""Topics as Spark SQL tables (streaming/sql_views.py) and ``loglake sql`` (streaming/sql_cli.py).
 
 Real ZooKeeper + broker (the shared ``cluster``; brokers tier into the dev cluster's storage),
 real Spark (the shared ``spark``). Topics use 20 kB segments so the brokers tier while the tests
@@ -21,11 +21,11 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from loglake.catalog import sql_cli
-from loglake.catalog.spark import quote_identifier, register_topics
 from loglake.dev.harness import DevCluster
 from loglake.errors import UnknownTopicError
 from loglake.segments.tiered_table import TieredTable
+from loglake.streaming import sql_cli
+from loglake.streaming.sql_views import quote_identifier, register_topics
 from tests.admin_util import create_topic
 from tests.s3_server import S3Server
 from tests.spark_session import SMALL_SEGMENTS, produce_numbered, storage_of, wait_tiered

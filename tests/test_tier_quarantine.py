@@ -399,8 +399,8 @@ def test_format_loglake_tier_ranges_skip_quarantined_rows(table: TieredTable,
 def test_spark_view_tier_side_skips_quarantined_rows(spark: Any, table: TieredTable,
                                                      tmp_path: Path) -> None:
     """The tier side of a Spark view (native Parquet scan of the snapshot's files)."""
-    from loglake.catalog.spark import _tier_frame
     from loglake.streaming.offsets import TierSnapshot
+    from loglake.streaming.sql_views import _tier_frame
 
     _quarantined_table(table, tmp_path)
     snapshot = TierSnapshot(table.topic, table.uri, table.table().version(), {0: 50},

@@ -113,7 +113,7 @@ def spark_factory(master: str | None) -> Callable[[], SparkSession]:
         if not session:
             from pyspark import SparkConf
 
-            from loglake.catalog.sql_cli import quiet_session
+            from loglake.streaming.sql_cli import quiet_session
 
             chosen = master or SparkConf().get("spark.master", None) or "local[*]"
             session.append(quiet_session(chosen))

@@ -8,7 +8,8 @@ and writeStream, with the options and row schema of Spark's Kafka source.
 
 Modules: options.py (option parsing), offsets.py (planning against the cluster), ranges.py
 (reading one offset range from the tier or the brokers), source.py (readers), sink.py
-(writers), schema.py (the row schema).
+(writers), schema.py (the row schema), sql_views.py (topics as Spark SQL views), sql_cli.py
+(``loglake sql``).
 """
 
 from __future__ import annotations

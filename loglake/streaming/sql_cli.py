@@ -6,7 +6,7 @@
         [--zookeeper 127.0.0.1:10092/loglake] [--format table|json|csv] [--max-rows N]
 
 Every topic whose name occurs in the query text is registered as a view first
-(catalog/spark.py: tiered rows read natively from the Delta table, plus the hot tail from the
+(streaming/sql_views.py: tiered rows read natively from the Delta table, plus the hot tail from the
 brokers); quote names holding ``.`` or ``-`` with backticks. ``--zookeeper`` is resolved by
 :mod:`loglake.addresses` (flag, ``$LOGLAKE_ZOOKEEPER``, the profile of ``loglake dev up``);
 ``--bootstrap-server`` (flag only: the environment's brokers might belong to another cluster
@@ -99,8 +99,8 @@ def run_sql(args: argparse.Namespace) -> int:
     """``loglake sql QUERY``."""
     from pyspark.errors import PySparkException
 
-    from loglake.catalog.spark import register_topics
     from loglake.streaming.offsets import ClusterView
+    from loglake.streaming.sql_views import register_topics
 
     logging.getLogger("kazoo").addHandler(logging.NullHandler())  # errors are raised instead
     zookeeper = addresses.zookeeper(args.zookeeper)

@@ -1,6 +1,6 @@
 """Topics as Spark SQL tables: one temporary view per topic, tier + hot tail, each record once.
 
->>> from loglake.catalog.spark import register_topics                   # doctest: +SKIP
+>>> from loglake.streaming.sql_views import register_topics                   # doctest: +SKIP
 >>> register_topics(spark, zookeeper="localhost:2181/loglake")
 ['clicks', 'orders.v1']
 >>> spark.sql("SELECT partition, count(*) FROM `orders.v1` GROUP BY partition").show()
