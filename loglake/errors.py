@@ -1,8 +1,11 @@
 """The single root of loglake's exceptions and their mapping to Kafka wire error codes.
 
 Every error that can reach a client carries a :class:`kio.schema.errors.ErrorCode`; the code is
-what goes on the wire, the message is what an operator reads. ``retriable`` comes from Kafka's
-own registry (the code, not the class, decides it), so clients and tools can decide to retry.
+what goes on the wire, the message is what an operator reads. One way to attach it: a subclass
+declares ``code`` (one class per condition), or, where the code is only known at run time (a
+code relayed from the wire, a group-protocol answer), the constructor takes ``code=``.
+``retriable`` comes from Kafka's own registry (the code, not the class, decides it), and retry
+decisions read it rather than keeping their own lists of codes.
 """
 
 from __future__ import annotations
@@ -15,16 +18,19 @@ class LoglakeError(Exception):
 
     code: ErrorCode = ErrorCode.unknown_server_error
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None,
+                 code: ErrorCode | None = None) -> None:
+        """``code`` overrides the class's code for this instance (see the module)."""
         super().__init__(message if hint is None else f"{message} (hint: {hint})")
         self.message = message
         self.hint = hint
+        if code is not None:
+            self.code = code
 
     @property
     def retriable(self) -> bool:
+        """Kafka's flag for the code: the same request may succeed if sent again."""
         return bool(self.code.retriable)
-
-
 
 
 class CorruptRecordError(LoglakeError):

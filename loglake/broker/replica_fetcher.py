@@ -56,11 +56,16 @@ FETCH_MAX_BYTES = 16 * 1024 * 1024
 PARTITION_MAX_BYTES = 4 * 1024 * 1024
 RETRY_PAUSE_S = 0.3
 MAX_TRUNCATION_ROUNDS = 20
-RETRIABLE = {
-    ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch,
-    ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition,
-    ErrorCode.leader_not_available,
-}
+
+
+def _quiet(error: int) -> bool:
+    """Whether an error in a leader's answer is retried without a warning: Kafka's
+    ``retriable`` flag of the code. It holds for every code of the hand-kept set this replaced
+    (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH,
+    UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE: leadership moving); the other retriable
+    codes (REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR, ...) are transient too and are now retried
+    quietly as well. Every error is retried either way; the flag only decides the log line."""
+    return bool(ErrorCode(error).retriable)
 
 
 class ReplicaFetcher:
@@ -174,7 +179,7 @@ class ReplicaFetcher:
                     continue
                 partition, latest = wanted[key]
                 if result.error_code != ErrorCode.none:
-                    if result.error_code not in RETRIABLE:
+                    if not _quiet(result.error_code):
                         log.warning("OffsetForLeaderEpoch %s-%d: %s", *key, result.error_code)
                     continue
                 self._apply_epoch_end(key, partition, latest, result.leader_epoch,
@@ -281,7 +286,7 @@ class ReplicaFetcher:
             else:
                 self.truncating[key] = 0
             return False
-        if error not in RETRIABLE:
+        if not _quiet(error):
             log.warning("fetch of %s from leader %d: %s", partition.name, self.leader_id,
                         ErrorCode(error).name)
         return True

@@ -60,7 +60,12 @@ from loglake.client._common import (
     lookup_partitions,
     unreachable_error,
 )
-from loglake.client.errors import BrokerError, from_exception, from_kafka_error
+from loglake.client.errors import (
+    BrokerError,
+    from_exception,
+    from_kafka_error,
+    passes_by_itself,
+)
 from loglake.client.model import Record, StartPosition, TopicPartitionKey, headers_from_wire
 from loglake.errors import LoglakeError
 
@@ -588,7 +593,11 @@ class Consumer:
             mapped = from_kafka_error(
                 error, f"consume {message.topic()}[{message.partition()}]"
             )
-            if error.fatal() or not (error.retriable() or _is_transient(error)):
+            # Kafka flags UNKNOWN_TOPIC_OR_PARTITION retriable (metadata may lag a creation),
+            # but a consumer is told at once that what it asked for does not exist (as before
+            # the flag decided: see the module docstring)
+            if error.fatal() or not passes_by_itself(error) \
+                    or mapped.code == ErrorCode.unknown_topic_or_partition:
                 raise mapped
             self.last_error = mapped
             return None
@@ -646,17 +655,6 @@ class _suppress_state_error:
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
         return exc is not None and _is_state_error(exc)
-
-
-def _is_transient(error: KafkaError) -> bool:
-    return error.code() in (
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._RESOLVE,
-        KafkaError._TIMED_OUT,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-    )
 
 
 def _is_state_error(exc: BaseException) -> bool:

@@ -58,8 +58,7 @@ class BrokerError(LoglakeError):
         kafka_name: str | None = None,
         hint: str | None = None,
     ) -> None:
-        super().__init__(message, hint=hint)
-        self.code = code
+        super().__init__(message, hint=hint, code=code)
         self.kafka_name = kafka_name
 
 
@@ -74,8 +73,7 @@ class ClientError(LoglakeError):
         kafka_name: str | None = None,
         hint: str | None = None,
     ) -> None:
-        super().__init__(message, hint=hint)
-        self.code = code
+        super().__init__(message, hint=hint, code=code)
         self.kafka_name = kafka_name
 
 
@@ -94,6 +92,19 @@ def from_kafka_error(error: KafkaError, operation: str, *, hint: str | None = No
             return BrokerError(message, code=wire, kafka_name=name, hint=hint)
     local = _LOCAL_TO_WIRE.get(raw, ErrorCode.unknown_server_error)
     return ClientError(message, code=local, kafka_name=name, hint=hint)
+
+
+def passes_by_itself(error: KafkaError) -> bool:
+    """Whether a consume-side error is worth waiting out rather than raising: librdkafka's own
+    ``retriable()``, or Kafka's ``retriable`` flag of the code :func:`from_kafka_error` maps it
+    to (librdkafka's transport, resolve, all-brokers-down and timeout conditions map to
+    retriable NETWORK_EXCEPTION and REQUEST_TIMED_OUT). CORRUPT_MESSAGE is retriable in Kafka's
+    registry (a producer may send the batch again) but a batch read back corrupt does not heal
+    by waiting: it is not waited out (readers raised on it before the flag decided, too)."""
+    if error.retriable():
+        return True
+    mapped = from_kafka_error(error, "")
+    return mapped.retriable and mapped.code != ErrorCode.corrupt_message
 
 
 def from_exception(exc: BaseException, operation: str, *, hint: str | None = None) -> LoglakeError:

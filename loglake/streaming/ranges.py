@@ -257,6 +257,8 @@ def consumer_config(context: ReadContext) -> dict[str, Any]:
 def _read_brokers(piece: OffsetRange, context: ReadContext) -> Iterator[pa.RecordBatch]:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    from loglake.client.errors import passes_by_itself
+
     options = context.options
     target = arrow_schema(options.include_headers)
     consumer = Consumer(consumer_config(context))
@@ -297,10 +299,7 @@ def _read_brokers(piece: OffsetRange, context: ReadContext) -> Iterator[pa.Recor
                     if position >= end:
                         break
                     consumer.assign([TopicPartition(piece.topic, piece.partition, position)])
-                elif error.fatal() or (not error.retriable() and code not in (
-                        KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-                        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                        KafkaError.UNKNOWN_TOPIC_OR_PART)):
+                elif error.fatal() or not passes_by_itself(error):
                     raise RangeReadError(f"reading {name} [{piece.start}, {end}) from "
                                          f"{context.bootstrap_servers}: {error.str()}")
             if len(columns) >= BATCH_ROWS or (position >= end and len(columns)):

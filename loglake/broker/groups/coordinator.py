@@ -57,8 +57,7 @@ class GroupError(LoglakeError):
     """A group-protocol error; ``code`` is set per instance."""
 
     def __init__(self, code: ErrorCode, message: str, *, member_id: str = "") -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code=code)
         self.member_id = member_id
 
 
