@@ -41,10 +41,12 @@ from loglake.broker.handlers import (
 )
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
     from loglake.broker.codec import RequestFrame
+    from loglake.broker.services import BrokerServices
 
-Handler = Callable[["Broker", "RequestFrame"], Awaitable[Any]]
+Handler = Callable[["BrokerServices", "RequestFrame"], Awaitable[Any]]
+"""A request handler: the decoded request in, the response body out; it uses only what
+:class:`~loglake.broker.services.BrokerServices` holds."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,21 @@
-"""The broker: ZooKeeper registration, hosted replicas and their roles, lifecycle.
+"""The broker: builds and wires the parts, runs the process lifecycle.
+
+Layers (Kafka's broker, in the same order; each part gets only what it uses)::
+
+    KafkaServer (server.py) -- frames --> handlers (handlers/*.py, apis.py)
+        handlers get BrokerServices (services.py), never the Broker
+    ReplicaManager (replica_manager.py) -> Partition (partition.py) -> PartitionLog (segments/)
+    Controller (controller.py), GroupCoordinator (groups/), ReplicaFetcher (replica_fetcher.py),
+        Tierer (tiering.py): a ZooKeeper session, the metadata cache, config values
+    MetadataCache (metadata_cache.py)   fed by ZooKeeper watches
+    ZkSession (zk_session.py)           catalog, lease, the executors blocking calls run on
+    LogManager (log_manager.py)         partition directories
+    ProducerIds (producer_ids.py)       producer id blocks
+
+What the Broker itself still owns: building and wiring the parts; the process lifecycle
+(start, stop, controlled shutdown); rejoining the cluster after a session change; topic
+reconciliation (local replicas follow ZooKeeper's topics and partition states) and the ISR
+maintenance of partitions it leads; dynamic broker configs.
 
 State machine of a broker process::
 
@@ -7,37 +24,46 @@ State machine of a broker process::
                             in-sync replicas and leaves ISRs, then logs close (clean marker),
                             the ZK session closes (our /brokers/ids node goes at once) --> STOPPED
 
-ZooKeeper session handling: a *lease* is renewed by a successful ZooKeeper read at least every
-``LEASE_RENEW_S``; it lasts a third of the session timeout. Without a valid lease (session
-SUSPENDED or LOST, or this process was paused) the broker refuses to act as leader: produce,
-fetch and ListOffsets answer NOT_LEADER_OR_FOLLOWER, so a broker cut off from ZooKeeper never
-acknowledges writes that a newly elected leader does not have. After a reconnect (a new session
-after an expiry included) it re-registers and re-reads brokers, partition states and topics,
-retrying with backoff until that succeeds (:meth:`Broker._rejoin_cluster`).
+ZooKeeper session handling: the session's *lease* (zk_session.py) says whether this broker may
+act as leader. Without a valid lease (session SUSPENDED or LOST, or this process was paused)
+produce, fetch and ListOffsets answer NOT_LEADER_OR_FOLLOWER, so a broker cut off from
+ZooKeeper never acknowledges writes that a newly elected leader does not have. After a
+reconnect (a new session after an expiry included) it re-registers and re-reads brokers,
+partition states and topics, retrying with backoff until that succeeds
+(:meth:`Broker._rejoin_cluster`).
 
 Start-up survives ZooKeeper outages: every ZooKeeper step of STARTING (connect, cluster id,
 registration, watches, broker list, topics, storage publication) waits until ZooKeeper answers
-(``ClusterCatalog.retrying``: bounded backoff, one log line per failed attempt), also across a
-session expiry. Registration waits for the previous run's ephemeral ``/brokers/ids/<id>`` to
-expire (``ClusterCatalog.register_broker_waiting``).
+(``ZkSession.step``: bounded backoff, one log line per failed attempt), also across a session
+expiry. Registration waits for the previous run's ephemeral ``/brokers/ids/<id>`` to expire
+(``ClusterCatalog.register_broker_waiting``). Before anything opens, directories left by an
+interrupted deletion are removed (``LogManager.sweep``).
 
-Replica roles come from the partition-state znodes: a DataWatch per hosted partition schedules
-:meth:`Broker._apply_state` on the event loop. Leaders track followers and maintain the ISR
-(version-checked writes of the state znode, same epoch); followers fetch through one
-:class:`ReplicaFetcher` per leader. Topic creation/deletion reaches every broker through a
-ChildrenWatch on ``/brokers/topics`` (:meth:`Broker.reconcile`); partitions added to a topic and
-replicas reassigned (KIP-455) through a DataWatch on each topic's assignment znode: a replica
-newly assigned here opens and fetches (an empty one starts at the leader's local log start, see
-replica_fetcher.py), one no longer assigned here stops and its directory is deleted
+Topics: a ChildrenWatch on ``/brokers/topics`` schedules a reconcile pass
+(:meth:`Broker.reconcile`). A pass reads everything it needs in one go on the ZooKeeper
+executor (topic names, each topic's assignment and config, the ids of new topics) and
+registers the watches of new topics and partitions there (a DataWatch reads on registration),
+then applies the result on the event loop: new replicas open, removed ones close, deleted
+topics go. Passes run one at a time; a failed pass is logged and retried a second later, and
+never fails the request that asked for it. Partitions added to a topic and replicas
+reassigned (KIP-455) reach every broker through a DataWatch on each topic's assignment znode:
+a replica newly assigned here opens and fetches (an empty one starts at the leader's local log
+start, see replica_fetcher.py), one no longer assigned here stops and its directory is deleted
 (:meth:`Broker._remove_replica`, Kafka's StopReplica with delete), also at start-up for
-directories left by a reassignment that completed while this broker was down. A leader's ISR
-expansion is conditioned on the assignment version it knows, so it never re-adds a replica a
-reassignment just removed. Replication throttle rates are dynamic broker configs, watched in
-``/config/brokers/<id>`` and ``/config/brokers/<default>`` (broker/replication_quota.py).
+directories left by a reassignment that completed while this broker was down. Topic configs
+arrive with their DataWatch's data (no read on the loop).
+
+Replica roles come from the partition-state znodes: a DataWatch per hosted partition hands
+the state to :meth:`Broker._on_state` on the event loop. Leaders track followers and maintain
+the ISR (version-checked writes of the state znode, same epoch; an expansion is conditioned on
+the assignment version it knows, so it never re-adds a replica a reassignment just removed);
+followers fetch through one :class:`ReplicaFetcher` per leader. Replication throttle rates are
+dynamic broker configs, watched in ``/config/brokers/<id>`` and ``/config/brokers/<default>``
+(broker/replication_quota.py).
 
 Thread-safety: all mutable state is touched only on the event loop thread; kazoo callbacks hop
-onto it with ``call_soon_threadsafe``; blocking ZooKeeper calls run in worker threads
-(:meth:`Broker.zk_call`).
+onto it with ``ZkSession.run_soon``; blocking ZooKeeper calls run on the session's executor
+(zk_session.py lists which thread runs what); directory removal in asyncio's default one.
 """
 
 from __future__ import annotations
@@ -45,25 +71,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
-import shutil
 import time
 import uuid
-from collections.abc import Callable, Coroutine
-from pathlib import Path
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
-
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from loglake.broker import election
 from loglake.broker.controller import Controller
 from loglake.broker.groups.coordinator import GroupCoordinator
+from loglake.broker.log_manager import LogManager
+from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
+from loglake.broker.producer_ids import ProducerIds
 from loglake.broker.replica_fetcher import ReplicaFetcher
 from loglake.broker.replica_manager import ReplicaManager
 from loglake.broker.replication_quota import DEFAULT_ENTITY, ReplicationQuotas, effective_rates
-from loglake.broker.tiering import Tierer, ZooKeeperCallables
+from loglake.broker.services import BrokerServices
+from loglake.broker.tiering import Tierer
+from loglake.broker.zk_session import ZkSession
 from loglake.catalog.zookeeper import (
     RETRY_MAX_DELAY_S,
     BrokerInfo,
@@ -76,60 +103,87 @@ from loglake.catalog.zookeeper import (
     TopicMetadata,
     zookeeper_unavailable,
 )
-from loglake.config import BrokerConfig, TopicConfig
+from loglake.config import BrokerConfig
 from loglake.errors import LoglakeError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
-PRODUCER_ID_BLOCK_SIZE = 1000
-LEASE_RENEW_S = 0.5
 ISR_CHECK_S = 0.5
 SHUTDOWN_HANDOVER_S = 10.0
+RECONCILE_RETRY_S = 1.0
+
+
+@dataclass(frozen=True)
+class TopicsRead:
+    """What one reconcile pass read from ZooKeeper (on the ZooKeeper executor)."""
+
+    names: frozenset[str]
+    """Every topic name listed (a topic deleted while the pass read is listed, not found)."""
+    found: dict[str, TopicMetadata]
+    """The topics read, with assignment and config overrides."""
+    new_ids: dict[str, uuid.UUID]
+    """Topic ids of the topics new to this broker (watches registered for them)."""
 
 
 class Broker:
+    """One broker process: the parts and their wiring (see the module docstring)."""
+
     def __init__(self, config: BrokerConfig, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.catalog = ClusterCatalog(
-            config.zookeeper_connect,
-            session_timeout=config.zookeeper_session_timeout_ms / 1000,
-        )
-        self.topics: dict[str, TopicMetadata] = {}
-        self.topic_configs: dict[str, TopicConfig] = {}
-        self.topic_ids: dict[str, uuid.UUID] = {}
-        self.live_brokers: dict[int, BrokerInfo] = {}
-        self.partition_states: dict[tuple[str, int], PartitionState] = {}  # metadata cache
-        # every broker's offline replicas, from ZooKeeper: (topic, partition) -> broker ids
-        self.offline_replicas: dict[tuple[str, int], frozenset[int]] = {}
+        self.stopping = False
+        catalog = ClusterCatalog(config.zookeeper_connect,
+                                 session_timeout=config.zookeeper_session_timeout_ms / 1000)
+        self.zk = ZkSession(catalog, broker_id=config.broker_id, stopped=self._is_stopping)
+        self.metadata = MetadataCache()
+        self.logs = LogManager(config.log_dir)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.replication_quotas = ReplicationQuotas(config.broker_id)
         self.dynamic_configs: dict[str, dict[str, str]] = {}  # entity -> /config/brokers/..
         self.apply_broker_configs()
-        self.controller = Controller(self)
-        self.groups = GroupCoordinator(self)
+        self.controller = Controller(self.zk, self.metadata, config)
+        self.groups = GroupCoordinator(self.zk, self.metadata, config)
+        self.replicas: ReplicaManager
         self.tierer = Tierer(
-            config, zookeeper=ZooKeeperCallables(self.catalog, self.zk_call, self.zk_healthy,
-                                                 self.run_soon),
-            hosted=lambda: self.replicas.partitions,
-            topic_config=lambda topic: self.topic_configs.get(topic),
-            clock=clock, stopping=lambda: self.stopping)
-        self.replicas = ReplicaManager(config, metadata=self, lease_valid=self.zk_healthy,
-                                       tier=self.tierer, quotas=self.replication_quotas,
-                                       clock=clock)
-        self.cluster_id = ""
-        self.controller_id = -1
-        self.stopping = False
-        self._lease_until = 0.0
+            config, zookeeper=self.zk, hosted=lambda: self.replicas.partitions,
+            topic_config=lambda topic: self.metadata.topic_configs.get(topic), clock=clock,
+            stopping=self._is_stopping)
+        self.replicas = ReplicaManager(config, metadata=self.metadata,
+                                       lease_valid=self.zk.healthy, tier=self.tierer,
+                                       quotas=self.replication_quotas, clock=clock)
+        self.producer_ids = ProducerIds(self.zk, config.broker_id)
+        self.services = BrokerServices(
+            config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,
+            groups=self.groups, controller=self.controller, tierer=self.tierer,
+            replication_quotas=self.replication_quotas, producer_ids=self.producer_ids,
+            topic_admin=self, broker_configs=self, clock=clock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reconcile_pending = False
-        self._producer_ids: list[int] = []
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._reconcile_lock = asyncio.Lock()
+        self._configs_seen: dict[str, dict[str, str]] = {}  # by config watches during a pass
+        self._tasks: list[asyncio.Future[Any]] = []
         self._running = False  # start() finished
-        self._rejoin: asyncio.Task[None] | None = None
+        self._rejoin: asyncio.Future[None] | None = None
         self._rejoin_needed = False  # a reconnect came while starting or rejoining
+
+    @property
+    def catalog(self) -> ClusterCatalog:
+        return self.zk.catalog
+
+    @property
+    def partitions(self) -> dict[tuple[str, int], Partition]:
+        """The hosted replicas (owned by the replica manager)."""
+        return self.replicas.partitions
+
+    @property
+    def offline_partitions(self) -> dict[tuple[str, int], str]:
+        """Hosted replicas that could not be opened (owned by the replica manager)."""
+        return self.replicas.offline_partitions
+
+    @property
+    def cluster_id(self) -> str:
+        return self.metadata.cluster_id
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -141,32 +195,34 @@ class Broker:
         """
         self._loop = asyncio.get_running_loop()
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
-        await self.zk_call(lambda: self.catalog.start(wait=True, stopped=self._is_stopping))
-        self.catalog.add_session_listener(self._on_zk_state)
-        self.cluster_id = await self._zk_step("reading the cluster id",
-                                              self.catalog.ensure_cluster_id)
-        await self.zk_call(self._register)
-        self._renew_lease()
-        await self._zk_step("watching /brokers/ids", self.catalog.watch_brokers,
-                            lambda _ids: self.run_soon(self._refresh_brokers))
-        await self._zk_step("watching /controller", self.catalog.watch_controller,
-                            self._on_controller_change)
-        await self._zk_step("watching offline replicas", self.catalog.watch_offline_replicas,
-                            self._on_offline_replicas)
+        await asyncio.to_thread(self.logs.sweep)
+        await self.zk.start()
+        self.zk.add_listener(self._on_zk_state)
+        self.metadata.cluster_id = await self.zk.step("reading the cluster id",
+                                                      self.catalog.ensure_cluster_id)
+        await self.zk.call(self._register)
+        self.zk.renew_lease()
+        await self.zk.step("watching /brokers/ids", self.catalog.watch_brokers,
+                           lambda _ids: self.zk.run_soon(self._refresh_brokers))
+        await self.zk.step("watching /controller", self.catalog.watch_controller,
+                           self._on_controller_change)
+        await self.zk.step("watching offline replicas", self.catalog.watch_offline_replicas,
+                           self._on_offline_replicas)
         for entity in (DEFAULT_ENTITY, str(self.config.broker_id)):
-            await self._zk_step("watching dynamic broker configs",
-                                self.catalog.watch_broker_config, entity,
-                                self._broker_config_watcher(entity))
+            await self.zk.step("watching dynamic broker configs",
+                               self.catalog.watch_broker_config, entity,
+                               self._broker_config_watcher(entity))
         await self._refresh_brokers_now()
         await self._reconcile_waiting()
-        await self._zk_step("watching /brokers/topics", self.catalog.watch_topics,
-                            lambda _children: self._schedule_reconcile())
+        await self.zk.step("watching /brokers/topics", self.catalog.watch_topics,
+                           lambda _children: self.zk.run_soon(self._schedule_reconcile))
         storage = self.tierer.storage
         if storage is not None:  # the tierer publishes too, but only tries once
-            await self._zk_step("publishing the tier storage", self.catalog.publish_storage,
-                                storage.url, dict(storage.options))
-        for coroutine in (self._flush_loop(), self._lease_loop(), self._isr_loop(),
-                          self.controller.run(), self.groups.run(), self.tierer.run()):
+            await self.zk.step("publishing the tier storage", self.catalog.publish_storage,
+                               storage.url, dict(storage.options))
+        for coroutine in (self._flush_loop(), self.zk.lease_loop(self._on_not_registered),
+                          self._isr_loop(), self.controller.run(), self.groups.run(),
+                          self.tierer.run()):
             self._tasks.append(asyncio.create_task(coroutine))
         self._running = True
         if self._rejoin_needed:  # the session changed while we were starting
@@ -189,42 +245,33 @@ class Broker:
             except Exception:
                 log.exception("closing %s failed", partition.name)
         self.partitions.clear()
-        await self.zk_call(self.catalog.stop)
+        await self.zk.close()
 
-    async def zk_call(self, func: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(func, *args)
-
-    def run_soon(self, callback: Callable[[], Any]) -> None:
-        """Run ``callback`` on the event loop (callable from kazoo's threads)."""
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(callback)
-
-    # ------------------------------------------------------------------ ZooKeeper session
     def _is_stopping(self) -> bool:
         return self.stopping
 
-    async def _zk_step(self, what: str, func: Callable[..., T], *args: Any) -> T:
-        """``func(*args)`` in a worker thread, called again while ZooKeeper is unavailable
-        (``ClusterCatalog.retrying``); CatalogClosedError once the broker stops."""
-        return await asyncio.to_thread(self.catalog.retrying, what, func, *args,
-                                       stopped=self._is_stopping)
-
-    def _spawn(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``coroutine`` as a task that :meth:`stop` cancels (finished ones are dropped)."""
+    def _spawn(self, awaitable: Coroutine[Any, Any, T] | asyncio.Future[T]) -> asyncio.Future[T]:
+        """Run ``awaitable`` as a task that :meth:`stop` cancels (finished ones are dropped)."""
         self._tasks = [task for task in self._tasks if not task.done()]
-        task = asyncio.ensure_future(coroutine)
+        task = asyncio.ensure_future(awaitable)
         self._tasks.append(task)
         return task
 
+    # ------------------------------------------------------------------ ZooKeeper session
     def _on_zk_state(self, event: SessionEvent) -> None:
-        """On kazoo's thread: without a connection stop acting as leader at once; once
-        connected again (same session or a new one) rejoin the cluster."""
-        log.warning("ZooKeeper session: %s", event.value)
+        """On the loop, after the session dropped the lease for SUSPENDED/LOST: stop acting
+        as controller; once connected again (same session or a new one) rejoin the cluster."""
         if event in (SessionEvent.SUSPENDED, SessionEvent.LOST):
-            self._lease_until = 0.0  # stop acting as leader at once
-            self.run_soon(self.controller.resign)
+            self.controller.resign()
         else:
-            self.run_soon(self._after_reconnect)
+            self._after_reconnect()
+
+    def _on_not_registered(self, held: Registration) -> None:
+        """The lease loop found our ``/brokers/ids/<id>`` gone or another session's."""
+        if not self.stopping and (self._rejoin is None or self._rejoin.done()):
+            log.warning("our /brokers/ids node is %s: registering again",
+                        "gone" if held is Registration.ABSENT else "another session's")
+            self._after_reconnect()
 
     def _after_reconnect(self) -> None:
         """Start :meth:`_rejoin_cluster` (one at a time: a request while one runs, or while
@@ -244,10 +291,10 @@ class Broker:
         while not self.stopping:
             self._rejoin_needed = False
             try:
-                await self.zk_call(self._register)
-                self._renew_lease()
+                await self.zk.call(self._register)
+                self.zk.renew_lease()
                 for topic, index in list(self.offline_partitions):  # went with the old session
-                    await self.zk_call(self.catalog.set_replica_offline,
+                    await self.zk.call(self.catalog.set_replica_offline,
                                        self.config.broker_id, topic, index, True)
                 await self._refresh_brokers_now()
                 await self._reload_all_states()
@@ -271,149 +318,156 @@ class Broker:
             if not self._rejoin_needed:
                 return
 
-    def zk_healthy(self) -> bool:
-        return time.monotonic() < self._lease_until
-
-    def _renew_lease(self) -> None:
-        self._lease_until = time.monotonic() + self.config.zookeeper_session_timeout_ms / 3000
-
-    async def _lease_loop(self) -> None:
-        """Renew the lease after every read that shows our session owns ``/brokers/ids/<id>``;
-        rejoin when it does not (the node expired with an old session, or was deleted)."""
-        while True:
-            await asyncio.sleep(LEASE_RENEW_S)
-            started = time.monotonic()
-            try:
-                held = await self.zk_call(self.catalog.registration, self.config.broker_id)
-            except Exception:  # ZooKeeper unavailable: no renewal, the lease runs out
-                continue
-            if held is Registration.OURS:
-                self._lease_until = started + self.config.zookeeper_session_timeout_ms / 3000
-            elif not self.stopping and (self._rejoin is None or self._rejoin.done()):
-                log.warning("our /brokers/ids node is %s: registering again",
-                            "gone" if held is Registration.ABSENT else "another session's")
-                self._after_reconnect()
-
     def _register(self) -> None:
-        """Create our ``/brokers/ids/<id>`` for the current session (worker thread): waits
-        out ZooKeeper outages and the previous run's node (``register_broker_waiting``)."""
+        """Create our ``/brokers/ids/<id>`` for the current session (ZooKeeper executor):
+        waits out ZooKeeper outages and the previous run's node (``register_broker_waiting``)."""
         info = BrokerInfo(self.config.broker_id, self.config.host, self.config.port,
                           self.config.rack)
         self.catalog.register_broker_waiting(info, stopped=self._is_stopping)
 
     def _on_controller_change(self, controller: int) -> None:
         def apply() -> None:
-            self.controller_id = controller
+            self.metadata.controller_id = controller
             self.controller.poke()
 
-        self.run_soon(apply)
+        self.zk.run_soon(apply)
 
     def _refresh_brokers(self) -> None:
-        self._tasks.append(asyncio.ensure_future(self._refresh_brokers_now()))
+        self._spawn(self._refresh_brokers_now())
         self.controller.poke()
 
     async def _refresh_brokers_now(self) -> None:
         """Re-read the live brokers, waiting out ZooKeeper outages (until the broker stops)."""
         try:
-            self.live_brokers = await self._zk_step("reading the live brokers",
-                                                    self.catalog.brokers)
+            self.metadata.live_brokers = await self.zk.step("reading the live brokers",
+                                                            self.catalog.brokers)
         except CatalogClosedError:
             return
         except Exception as exc:  # a malformed registration: keep the previous view
             log.warning("reading the live brokers failed: %s", exc)
 
-    async def _reconcile_waiting(self) -> None:
-        """:meth:`reconcile`, again while ZooKeeper is unavailable.
+    def _on_offline_replicas(self, offline: dict[tuple[str, int], frozenset[int]]) -> None:
+        """Watch callback (kazoo's thread): the cluster's offline replicas, for Metadata."""
 
-        reconcile reads ZooKeeper synchronously on the event loop, so first wait (in a worker
-        thread) until ZooKeeper answers; an outage that still hits a pass fails it, and the
-        topics that pass added (maybe before their watches were set) are forgotten so the next
-        pass sets them up again."""
+        def apply() -> None:
+            self.metadata.offline_replicas = offline
+
+        self.zk.run_soon(apply)
+
+    # ------------------------------------------------------------------ topics: reconcile
+    async def _reconcile_waiting(self) -> None:
+        """:meth:`reconcile`, again while ZooKeeper is unavailable (start-up and rejoin): wait
+        until ZooKeeper answers, run a pass; a pass an outage still hits is retried with
+        backoff. Other errors propagate; CatalogClosedError once the broker stops."""
         failures = 0
         while True:
-            await self._zk_step("reading topics", self.catalog.topic_names)
-            known = set(self.topics)
+            await self.zk.step("reading topics", self.catalog.topic_names)
             try:
-                self.reconcile()
+                await self.reconcile()
                 return
+            except CatalogClosedError:
+                raise
             except Exception as exc:
                 if not zookeeper_unavailable(exc):
                     raise
                 failures += 1
-                for name in set(self.topics) - known:
-                    self.topics.pop(name, None)
                 log.warning("reading topics failed (attempt %d): %s; retrying", failures, exc)
                 await asyncio.sleep(min(0.2 * 2 ** failures, RETRY_MAX_DELAY_S))
 
-    # ------------------------------------------------------------------ topics and replicas
     def _schedule_reconcile(self) -> None:
-        if self._reconcile_pending:
+        """A pass soon (on the loop); one pending pass covers any number of requests."""
+        if self._reconcile_pending or self.stopping:
             return
         self._reconcile_pending = True
-        self.run_soon(self._reconcile_or_retry)
+        self._spawn(self._reconcile_or_retry())
 
-    def _reconcile_or_retry(self) -> None:
-        """:meth:`reconcile` from the event loop; a failed pass (ZooKeeper unavailable, a
-        topic deleted half-way) is logged in one line and tried again a second later."""
+    async def _reconcile_or_retry(self) -> None:
+        """:meth:`reconcile`; a failed pass (ZooKeeper unavailable, a topic deleted half-way)
+        is logged in one line and tried again a second later. Never raises."""
         try:
-            self.reconcile()
+            await self.reconcile()
         except Exception as exc:
             self._reconcile_pending = False
-            log.warning("reconciling topics failed (%s: %s); retrying in 1 s",
-                        type(exc).__name__, exc)
-            if self._loop is not None and not self.stopping:
-                self._loop.call_later(1.0, self._schedule_reconcile)
+            if self.stopping:
+                return
+            log.warning("reconciling topics failed (%s: %s); retrying in %.0f s",
+                        type(exc).__name__, exc, RECONCILE_RETRY_S)
+            if self._loop is not None:
+                self._loop.call_later(RECONCILE_RETRY_S, self._schedule_reconcile)
 
-    def reconcile_after_change(self) -> None:
+    async def reconcile_after_change(self) -> None:
         """For request handlers that just wrote topics to ZooKeeper: apply the change now.
         A failed pass is logged and retried (:meth:`_reconcile_or_retry`); it never fails the
         request (the write succeeded) nor closes the client's connection."""
-        self._reconcile_or_retry()
+        await self._reconcile_or_retry()
 
-    def reconcile(self) -> None:
-        """Make local replicas match ZooKeeper's topics (runs on the event loop)."""
-        self._reconcile_pending = False
-        names = set(self.catalog.topic_names())
-        for name in names:
-            meta = self.catalog.topic(name)
+    async def reconcile(self) -> None:
+        """Make local replicas and the metadata cache match ZooKeeper's topics.
+
+        One pass at a time. Reads (and watch registrations) run on the ZooKeeper executor
+        (:meth:`_read_topics`), then the result is applied on the loop (:meth:`_apply_topics`).
+        A pass that fails while reading applies nothing: the next pass sets up again what it
+        had started (a watch may then be registered twice, which only repeats callbacks)."""
+        async with self._reconcile_lock:
+            self._reconcile_pending = False
+            self._configs_seen = {}
+            known = {name: frozenset(meta.assignment)
+                     for name, meta in self.metadata.topics.items()}
+            read = await self.zk.call(self._read_topics, known)
+            self._apply_topics(read)
+
+    def _read_topics(self, known: Mapping[str, frozenset[int]]) -> TopicsRead:
+        """ZooKeeper executor: every topic's metadata; for topics and partitions not in
+        ``known`` (topic -> partitions this broker watches), the topic id and the watches."""
+        catalog = self.catalog
+        names = frozenset(catalog.topic_names())
+        found: dict[str, TopicMetadata] = {}
+        new_ids: dict[str, uuid.UUID] = {}
+        for name in sorted(names):
+            meta = catalog.topic(name)
             if meta is None:
                 continue
-            known = self.topics.get(name)
-            if known is None:
-                self.topics[name] = meta
-                self.topic_ids[name] = self._topic_id(name)
-                self.catalog.watch_topic_config(name, self._config_watcher(name))
-                self.catalog.watch_topic_assignment(name, self._assignment_watcher(name))
-            self._apply_config(name, meta.configs)
-            # partitions new to us (all of a new topic, those CreatePartitions added to a
-            # known one): watch their states before the topic counts as up to date, so a
-            # pass that fails half-way sets the rest up next time
+            watched = known.get(name)
+            if watched is None:
+                new_ids[name] = catalog.topic_id(name)
+                catalog.watch_topic_config(name, self._config_watcher(name))
+                catalog.watch_topic_assignment(name, self._assignment_watcher(name))
             for index in meta.assignment:
-                if known is None or index not in known.assignment:
-                    self.catalog.watch_partition_state(name, index,
-                                                       self._state_watcher(name, index))
-            self.topics[name] = meta
+                if watched is None or index not in watched:
+                    catalog.watch_partition_state(name, index, self._state_watcher(name, index))
+            found[name] = meta
+        return TopicsRead(names, found, new_ids)
+
+    def _apply_topics(self, read: TopicsRead) -> None:
+        """On the loop: apply what :meth:`_read_topics` read."""
+        me = self.config.broker_id
+        for name, meta in read.found.items():
+            known = self.metadata.topics.get(name)
+            if known is None:
+                self.metadata.topic_ids[name] = read.new_ids.get(name, uuid.UUID(int=0))
+            self.metadata.topics[name] = meta
+            # a config watch that fired during the pass saw a config at least as new
+            self.apply_topic_config(name, self._configs_seen.get(name, meta.configs))
             for index, replicas in meta.assignment.items():
                 key = (name, index)
-                if self.config.broker_id not in replicas:
+                if me not in replicas:
                     if key in self.partitions or key in self.offline_partitions:
                         self._remove_replica(name, index)  # reassigned away
-                    elif known is None and self.partition_dir(name, index).is_dir():
+                    elif known is None and self.logs.partition_dir(name, index).is_dir():
                         log.warning("%s-%d is not assigned to this broker (reassigned while "
                                     "it was down): deleting its local copy", name, index)
-                        self._delete_directory(self.partition_dir(name, index))
+                        self._delete_replica_dir(name, index)
                     continue
                 hosted = self.partitions.get(key)
                 if hosted is not None and hosted.replicas != replicas:
                     hosted.set_replicas(replicas)
                     log.info("%s: replicas now %s", hosted.name, list(replicas))
-                if (self.config.broker_id in replicas and (name, index) not in self.partitions
-                        and (name, index) not in self.offline_partitions):
+                if key not in self.partitions and key not in self.offline_partitions:
                     self._open_partition(name, index, replicas)
-                    partition = self.partitions.get((name, index))
+                    partition = self.partitions.get(key)
                     if partition is not None:  # its state may have arrived before it opened
-                        self._apply_state(partition, self.partition_states.get((name, index)))
-        for name in set(self.topics) - names:
+                        self._apply_state(partition, self.metadata.partition_states.get(key))
+        for name in set(self.metadata.topics) - read.names:
             self._drop_topic(name)
 
     def _assignment_watcher(self, topic: str) -> Callable[[int], None]:
@@ -421,16 +475,59 @@ class Broker:
         broker reconcile (the callback gets the assignment znode's version)."""
 
         def changed(version: int) -> None:
-            known = self.topics.get(topic)
+            known = self.metadata.topics.get(topic)
             if known is not None and version != known.version:
                 self._schedule_reconcile()
 
-        return lambda version: self.run_soon(lambda: changed(version))
+        return lambda version: self.zk.run_soon(lambda: changed(version))
+
+    def _config_watcher(self, topic: str) -> Callable[[dict[str, str]], None]:
+        """A topic's config znode changed: apply the data the watch read (on the loop)."""
+
+        def changed(overrides: dict[str, str]) -> None:
+            self._configs_seen[topic] = overrides
+            if topic in self.metadata.topics:
+                self.apply_topic_config(topic, overrides)
+
+        return lambda overrides: self.zk.run_soon(lambda: changed(overrides))
+
+    def apply_topic_config(self, name: str, overrides: Mapping[str, str]) -> None:
+        """Use ``overrides`` (on top of the broker defaults) as ``name``'s config: in the
+        metadata cache and in every hosted partition of the topic. An invalid set in
+        ZooKeeper is logged and the defaults are used."""
+        try:
+            config = self.config.topic_config(dict(overrides))
+        except LoglakeError:
+            log.exception("topic %s has an invalid config in ZooKeeper; keeping defaults", name)
+            config = self.config.topic_config({})
+        if self.metadata.topic_configs.get(name) == config:
+            return
+        self.metadata.topic_configs[name] = config
+        for (topic, _), partition in self.partitions.items():
+            if topic == name:
+                partition.update_config(config)
+
+    def _drop_topic(self, name: str) -> None:
+        self.tierer.forget_topic(name)
+        self.metadata.drop_topic(name)
+        self._configs_seen.pop(name, None)
+        for key in [k for k in self.offline_partitions if k[0] == name]:
+            del self.offline_partitions[key]
+        for key in [k for k in self.partitions if k[0] == name]:
+            for fetcher in self.fetchers.values():
+                fetcher.remove(key)
+            partition = self.partitions.pop(key)
+            try:
+                partition.close()
+            except Exception:
+                log.exception("closing %s failed", partition.name)
+            self._delete_replica_dir(*key)
+        log.info("deleted topic %s", name)
 
     def _remove_replica(self, topic: str, index: int) -> None:
         """This broker's replica of ``topic``-``index`` was reassigned away: stop fetching it,
-        close it and delete its directory (renamed aside at once, removed in a worker thread,
-        so the event loop does not wait for the file system)."""
+        close it and delete its directory (LogManager.delete: renamed aside at once, removed
+        in a worker thread)."""
         key = (topic, index)
         for fetcher in self.fetchers.values():
             fetcher.remove(key)
@@ -442,27 +539,22 @@ class Broker:
                 log.exception("closing %s failed", partition.name)
         if self.offline_partitions.pop(key, None) is not None:
             self._spawn(self._publish_offline(topic, index, False))
-        self._delete_directory(self.partition_dir(topic, index))
+        self._delete_replica_dir(topic, index)
         log.warning("%s-%d: replica reassigned away from this broker; its local copy is "
                     "deleted", topic, index)
 
-    def _delete_directory(self, directory: Path) -> None:
-        """Rename ``directory`` to ``<name>.<ms>.deleted`` and remove it in a worker thread."""
-        aside = directory.with_name(f"{directory.name}.{int(time.time() * 1000)}.deleted")
-        try:
-            directory.rename(aside)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            log.warning("could not move %s aside for deletion: %s", directory, exc)
-            aside = directory
-        self._spawn(asyncio.to_thread(shutil.rmtree, aside, True))
+    def _delete_replica_dir(self, topic: str, index: int) -> None:
+        removal = self.logs.delete(topic, index)
+        if removal is not None:
+            self._spawn(removal)
 
+    # ------------------------------------------------------------------ dynamic broker configs
     def _broker_config_watcher(self, entity: str) -> Callable[[dict[str, str]], None]:
-        return lambda configs: self.run_soon(lambda: self.apply_broker_configs(entity, configs))
+        return lambda configs: self.zk.run_soon(
+            lambda: self.apply_broker_configs(entity, configs))
 
     def apply_broker_configs(self, entity: str | None = None,
-                              configs: dict[str, str] | None = None) -> None:
+                             configs: dict[str, str] | None = None) -> None:
         """Dynamic broker configs of ``entity`` changed (or, without arguments, start-up):
         recompute the replication throttle rates (see replication_quota.effective_rates)."""
         if entity is not None:
@@ -475,46 +567,16 @@ class Broker:
             static, self.dynamic_configs.get(DEFAULT_ENTITY, {}),
             self.dynamic_configs.get(str(self.config.broker_id), {})))
 
-    def _topic_id(self, name: str) -> uuid.UUID:
-        try:
-            raw, _ = self.catalog.zk.get(f"/brokers/topics/{name}")
-            topic_id = json.loads(raw).get("topic_id")
-            return uuid.UUID(topic_id) if topic_id else uuid.UUID(int=0)
-        except (NoNodeError, ValueError, TypeError):
-            return uuid.UUID(int=0)
-
-    def _config_watcher(self, topic: str) -> Callable[[dict[str, str]], None]:
-        return lambda _config: self.run_soon(lambda: self._reload_config(topic))
-
-    def _reload_config(self, topic: str) -> None:
-        if topic in self.topics:
-            self._apply_config(topic, self.catalog.topic_config(topic))
-
-    def _apply_config(self, name: str, overrides: dict[str, str]) -> None:
-        try:
-            config = self.config.topic_config(overrides)
-        except LoglakeError:
-            log.exception("topic %s has an invalid config in ZooKeeper; keeping defaults", name)
-            config = self.config.topic_config({})
-        if self.topic_configs.get(name) == config:
-            return
-        self.topic_configs[name] = config
-        for (topic, _), partition in self.partitions.items():
-            if topic == name:
-                partition.update_config(config)
-
-    def unclean_election(self, topic: str) -> bool:
-        config = self.topic_configs.get(topic)
-        return bool(config and config.unclean_leader_election_enable)
-
+    # ------------------------------------------------------------------ replicas
     def _open_partition(self, topic: str, index: int, replicas: tuple[int, ...]) -> None:
         """Open a hosted replica. One that cannot be opened goes offline; it never stops the
         broker or its other partitions (see :meth:`_replace_offline_replica`)."""
         key = (topic, index)
         try:
             partition = Partition(
-                topic, index, self.partition_dir(topic, index), self.topic_configs[topic],
-                broker_id=self.config.broker_id, replicas=replicas, clock=self.clock,
+                topic, index, self.logs.create(topic, index),
+                self.metadata.topic_configs[topic], broker_id=self.config.broker_id,
+                replicas=replicas, clock=self.clock,
             )
         except Exception as exc:  # any failure (I/O, damage, a bug): this partition only
             reason = f"{type(exc).__name__}: {exc}"
@@ -522,8 +584,7 @@ class Broker:
             self._spawn(self._publish_offline(topic, index, True))
             log.error("%s-%d cannot be opened and is offline: %s", topic, index, reason)
             if len(replicas) > 1 and not self.stopping:
-                self._tasks.append(asyncio.ensure_future(
-                    self._replace_offline_replica(topic, index, replicas)))
+                self._spawn(self._replace_offline_replica(topic, index, replicas))
             return
         if self.offline_partitions.pop(key, None) is not None:
             self._spawn(self._publish_offline(topic, index, False))
@@ -539,19 +600,12 @@ class Broker:
                  partition.log_start_offset, partition.log.log_end_offset,
                  partition.high_watermark)
 
-    def _on_offline_replicas(self, offline: dict[tuple[str, int], frozenset[int]]) -> None:
-        """Watch callback (kazoo's thread): the cluster's offline replicas, for Metadata."""
-
-        def apply() -> None:
-            self.offline_replicas = offline
-
-        self.run_soon(apply)
-
     async def _publish_offline(self, topic: str, index: int, offline: bool) -> None:
         """Tell the cluster (Metadata of every broker) that our replica is offline or back."""
         try:
-            await self._zk_step("publishing an offline replica", self.catalog.set_replica_offline,
-                                self.config.broker_id, topic, index, offline)
+            await self.zk.step("publishing an offline replica",
+                               self.catalog.set_replica_offline,
+                               self.config.broker_id, topic, index, offline)
         except CatalogClosedError:
             return
         except Exception as exc:
@@ -573,16 +627,17 @@ class Broker:
         key = (topic, index)
         me = self.config.broker_id
         for _ in range(720):  # bounded: about an hour of retries at 5 s
-            if self.stopping or key not in self.offline_partitions or topic not in self.topics:
+            if (self.stopping or key not in self.offline_partitions
+                    or topic not in self.metadata.topics):
                 return
             try:
-                state = await self.zk_call(self.catalog.partition_state, topic, index)
+                state = await self.zk.call(self.catalog.partition_state, topic, index)
                 if state is not None and (state.leader == me or me in state.isr):
                     moves = election.shutdown_moves(
                         [election.PartitionView(topic, index, replicas, state)], me,
-                        set(self.live_brokers))
+                        set(self.metadata.live_brokers))
                     if moves:
-                        await self.zk_call(self.catalog.update_partition_state, topic, index,
+                        await self.zk.call(self.catalog.update_partition_state, topic, index,
                                            moves[0].state)
                         log.warning("%s-%d (offline here): %s", topic, index,
                                     moves[0].reason.replace("controlled shutdown of", "replica"))
@@ -590,17 +645,14 @@ class Broker:
                 else:
                     if key in self.partitions or key not in self.offline_partitions:
                         return  # reopened meanwhile
-                    directory = self.partition_dir(topic, index)
-                    if directory.exists():
-                        aside = directory.with_name(
-                            f"{directory.name}.{int(time.time() * 1000)}.damaged")
-                        directory.rename(aside)
+                    aside = self.logs.move_aside_damaged(topic, index)
+                    if aside is not None:
                         log.warning("%s-%d: damaged replica moved to %s; re-replicating it "
                                     "from the leader", topic, index, aside.name)
                     self._open_partition(topic, index, replicas)
                     partition = self.partitions.get(key)
                     if partition is not None:
-                        self._apply_state(partition, self.partition_states.get(key))
+                        self._apply_state(partition, self.metadata.partition_states.get(key))
                     return
             except StaleStateError:
                 continue
@@ -608,28 +660,24 @@ class Broker:
                 log.warning("%s-%d stays offline: %s", topic, index, exc)
             await asyncio.sleep(5.0)
 
+    # ------------------------------------------------------------------ partition states
     def _state_watcher(self, topic: str, index: int) -> Callable[[PartitionState | None], None]:
-        return lambda state: self.run_soon(lambda: self._on_state(topic, index, state))
+        return lambda state: self.zk.run_soon(lambda: self._on_state(topic, index, state))
 
     def _on_state(self, topic: str, index: int, state: PartitionState | None) -> None:
-        key = (topic, index)
-        if state is None:
-            self.partition_states.pop(key, None)
+        if not self.metadata.on_state(topic, index, state):
             return
-        known = self.partition_states.get(key)
-        if known is not None and state.zk_version < known.zk_version:
-            return
-        self.partition_states[key] = state
-        partition = self.partitions.get(key)
+        assert state is not None
+        partition = self.partitions.get((topic, index))
         if partition is not None:
             self._apply_state(partition, state)
-        meta = self.topics.get(topic)
+        meta = self.metadata.topics.get(topic)
         if self.controller.active and meta is not None and index in meta.reassigning:
             self.controller.poke()  # an ISR change may complete the reassignment
 
     async def _reload_all_states(self) -> None:
         for (topic, index), (_replicas, state) in (
-            await self.zk_call(self.catalog.all_partition_states)
+            await self.zk.call(self.catalog.all_partition_states)
         ).items():
             self._on_state(topic, index, state)
 
@@ -650,48 +698,16 @@ class Broker:
                 fetcher.remove(key)
         if partition.role is Role.FOLLOWER and state.leader >= 0 and restart_following:
             if state.leader not in self.fetchers:
-                self.fetchers[state.leader] = ReplicaFetcher(self, state.leader)
+                self.fetchers[state.leader] = ReplicaFetcher(
+                    state.leader, broker_id=self.config.broker_id, metadata=self.metadata,
+                    quotas=self.replication_quotas)
             self.fetchers[state.leader].add(partition)
-
-    def _drop_topic(self, name: str) -> None:
-        self.tierer.forget_topic(name)
-        self.topics.pop(name, None)
-        self.topic_configs.pop(name, None)
-        self.topic_ids.pop(name, None)
-        for key in [k for k in self.partition_states if k[0] == name]:
-            del self.partition_states[key]
-        for key in [k for k in self.offline_partitions if k[0] == name]:
-            del self.offline_partitions[key]
-        for key in [k for k in self.partitions if k[0] == name]:
-            for fetcher in self.fetchers.values():
-                fetcher.remove(key)
-            partition = self.partitions.pop(key)
-            partition.close()
-            shutil.rmtree(self.partition_dir(*key), ignore_errors=True)
-        log.info("deleted topic %s", name)
-
-    def partition_dir(self, topic: str, index: int) -> Path:
-        return self.config.log_dir / f"{topic}-{index}"
-
-    @property
-    def partitions(self) -> dict[tuple[str, int], Partition]:
-        """The hosted replicas (owned by the replica manager)."""
-        return self.replicas.partitions
-
-    @property
-    def offline_partitions(self) -> dict[tuple[str, int], str]:
-        """Hosted replicas that could not be opened (owned by the replica manager)."""
-        return self.replicas.offline_partitions
-
-    def leader_partition(self, topic: str, index: int) -> Partition:
-        """See :meth:`ReplicaManager.leader_partition`."""
-        return self.replicas.leader_partition(topic, index)
 
     # ------------------------------------------------------------------ ISR maintenance
     async def _isr_loop(self) -> None:
         while True:
             await asyncio.sleep(ISR_CHECK_S)
-            if not self.zk_healthy():
+            if not self.zk.healthy():
                 continue
             for partition in list(self.partitions.values()):
                 if partition.role is not Role.LEADER or partition.state is None:
@@ -703,11 +719,11 @@ class Broker:
                     continue
                 # an expansion holds only while the assignment is the one we know (a
                 # reassignment may have removed the replica meanwhile)
-                meta = self.topics.get(partition.topic)
+                meta = self.metadata.topics.get(partition.topic)
                 guard = (meta.version if meta is not None and set(new.isr) - set(
                     partition.state.isr) else None)
                 try:
-                    version = await self.zk_call(
+                    version = await self.zk.call(
                         functools.partial(self.catalog.update_partition_state,
                                           assignment_version=guard),
                         partition.topic, partition.index, new)
@@ -719,20 +735,20 @@ class Broker:
                     new.leader, new.leader_epoch, new.isr, new.controller_epoch, version))
 
     async def _controlled_shutdown(self) -> None:
-        if not self.zk_healthy():
+        if not self.zk.healthy():
             return
         # stop fetching first: a fetch after we left an ISR would let the leader add us back
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
-        live = set(self.live_brokers)
+        live = set(self.metadata.live_brokers)
         views = [
             election.PartitionView(p.topic, p.index, p.replicas, p.state)
             for p in self.partitions.values() if p.state is not None
         ]
         for write in election.shutdown_moves(views, self.config.broker_id, live):
             try:
-                await self.zk_call(self.catalog.update_partition_state, write.topic,
+                await self.zk.call(self.catalog.update_partition_state, write.topic,
                                    write.partition, write.state)
                 log.warning("%s-%d: %s", write.topic, write.partition, write.reason)
             except StaleStateError:
@@ -755,34 +771,3 @@ class Broker:
                     partition.checkpoint_hw()
                 except Exception:
                     log.exception("flush of %s failed", partition.name)
-
-    # ------------------------------------------------------------------ producer ids
-    async def allocate_producer_id(self) -> int:
-        if not self._producer_ids:
-            start = await self.zk_call(self._claim_producer_id_block)
-            self._producer_ids = list(range(start + PRODUCER_ID_BLOCK_SIZE - 1, start - 1, -1))
-        return self._producer_ids.pop()
-
-    def _claim_producer_id_block(self) -> int:
-        """Claim the next block of producer ids with a version-checked write (Kafka's scheme)."""
-        zk = self.catalog.zk
-        for _ in range(100):
-            try:
-                raw, stat = zk.get(PRODUCER_ID_BLOCK_PATH)
-            except NoNodeError:
-                block = {"version": 1, "broker": self.config.broker_id, "block_start": "0",
-                         "block_end": str(PRODUCER_ID_BLOCK_SIZE - 1)}
-                try:
-                    zk.create(PRODUCER_ID_BLOCK_PATH, json.dumps(block).encode())
-                    return 0
-                except NodeExistsError:
-                    continue
-            start = int(json.loads(raw)["block_end"]) + 1
-            block = {"version": 1, "broker": self.config.broker_id, "block_start": str(start),
-                     "block_end": str(start + PRODUCER_ID_BLOCK_SIZE - 1)}
-            try:
-                zk.set(PRODUCER_ID_BLOCK_PATH, json.dumps(block).encode(), version=stat.version)
-                return start
-            except BadVersionError:
-                continue
-        raise LoglakeError("could not claim a producer id block: too much contention")

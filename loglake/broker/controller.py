@@ -30,12 +30,14 @@ removing replicas (version-checked), plus the states of partitions whose ISR los
 once (a cancellation, a superseded target), with the controller epoch check while ACTIVE. The
 brokers react through their assignment watches (new replicas open and fetch, removed ones are
 deleted). The ACTIVE controller completes reassignments in its decision pass, which an ISR
-change of a moving partition triggers (Broker._on_state pokes it): once every target replica
-is in the ISR, one transaction moves the leader if needed, shrinks ISR and replica set to the
-target and clears adding/removing. Partitions being reassigned are left out of the preferred
-leader rebalance, as Kafka does (their leader moves when the reassignment completes).
+change of a moving partition triggers (the broker pokes it when a state arrives): once every
+target replica is in the ISR, one transaction moves the leader if needed, shrinks ISR and
+replica set to the target and clears adding/removing. Partitions being reassigned are left
+out of the preferred leader rebalance, as Kafka does (their leader moves when the
+reassignment completes).
 
-Runs as a task on the broker's event loop; ZooKeeper calls go through worker threads.
+Runs as a task on the broker's event loop; ZooKeeper calls go through the session's executor
+(broker/zk_session.py). Depends on the ZooKeeper session, the metadata cache and the config only.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from loglake.broker import election
+from loglake.broker.metadata_cache import MetadataCache
+from loglake.broker.zk_session import ZkSession
 from loglake.catalog.zookeeper import (
     ControllerMovedError,
     PartitionState,
@@ -55,10 +58,8 @@ from loglake.catalog.zookeeper import (
     StaleStateError,
     TopicReplicaAssignments,
 )
+from loglake.config import BrokerConfig
 from loglake.errors import LoglakeError, RequestTimedOutError, UnknownTopicError
-
-if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 RESCAN_S = 2.0
@@ -74,8 +75,14 @@ ReassignmentResult = dict[election.TopicPartition, LoglakeError | None]
 
 
 class Controller:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, zk: ZkSession, metadata: MetadataCache, config: BrokerConfig) -> None:
+        """``zk``: the broker's session (lease and ZooKeeper calls); ``metadata``: its cache
+        (topics, partition states, offline replicas, topic configs); ``config``: broker id
+        and the leader rebalance settings."""
+        self.zk = zk
+        self.metadata = metadata
+        self.config = config
+        self.catalog = zk.catalog
         self.epoch: int | None = None
         self.epoch_version = -1
         self.changed = asyncio.Event()
@@ -93,7 +100,7 @@ class Controller:
     def resign(self) -> None:
         if self.epoch is not None:
             log.warning("broker %d is no longer controller (epoch %d)",
-                        self.broker.config.broker_id, self.epoch)
+                        self.config.broker_id, self.epoch)
         self.epoch = None
 
     async def run(self) -> None:
@@ -111,30 +118,28 @@ class Controller:
             self.changed.clear()
 
     async def _step(self) -> None:
-        broker = self.broker
-        if not broker.zk_healthy():
+        if not self.zk.healthy():
             self.resign()
             return
         if self.epoch is None:
-            won = await broker.zk_call(broker.catalog.try_become_controller,
-                                       broker.config.broker_id)
+            won = await self.zk.call(self.catalog.try_become_controller,
+                                     self.config.broker_id)
             if won is None:
                 return
             self.epoch, self.epoch_version = won
-            log.warning("broker %d is controller, epoch %d", broker.config.broker_id, self.epoch)
+            log.warning("broker %d is controller, epoch %d", self.config.broker_id, self.epoch)
         await self._decide()
 
     async def _decide(self) -> None:
-        broker = self.broker
         assert self.epoch is not None
-        registered = await broker.zk_call(broker.catalog.brokers)
+        registered = await self.zk.call(self.catalog.brokers)
         live = set(registered)
         bounced = {b for b, info in registered.items()
                    if self._registrations.get(b, info.registration) != info.registration}
-        states = await broker.zk_call(broker.catalog.all_partition_states)
+        states = await self.zk.call(self.catalog.all_partition_states)
         views = [
             election.PartitionView(topic, partition, replicas, state,
-                                   unclean=broker.unclean_election(topic))
+                                   unclean=self.metadata.unclean_election(topic))
             for (topic, partition), (replicas, state) in states.items()
         ]
         # A broker that re-registered since our last look (a bounce shorter than our reaction)
@@ -146,9 +151,9 @@ class Controller:
         moved = {(w.topic, w.partition) for w in writes}
         writes += [w for w in election.failover_writes(views, live, self.epoch)
                    if (w.topic, w.partition) not in moved]
-        config = broker.config
+        config = self.config
         moved = {(w.topic, w.partition) for w in writes}
-        ongoing = await broker.zk_call(broker.catalog.ongoing_reassignments)
+        ongoing = await self.zk.call(self.catalog.ongoing_reassignments)
         reassigning = {(topic, p) for topic, found in ongoing.items()
                        for p, a in found.partitions.items() if a.reassigning}
         if (config.auto_leader_rebalance_enable and time.monotonic() - self._last_rebalance
@@ -159,8 +164,8 @@ class Controller:
         complete = True
         for write in writes:
             try:
-                await broker.zk_call(broker.catalog.controller_write, write.topic,
-                                     write.partition, write.state, self.epoch_version)
+                await self.zk.call(self.catalog.controller_write, write.topic,
+                                   write.partition, write.state, self.epoch_version)
                 log.warning("controller: %s-%d: %s (epoch %d)", write.topic, write.partition,
                             write.reason, write.state.leader_epoch)
             except StaleStateError:
@@ -206,8 +211,7 @@ class Controller:
         """Run an AlterPartitionReassignments request (see the module docstring): per
         partition, the target replicas or None to cancel. Each partition gets None (written)
         or a typed error."""
-        broker = self.broker
-        live = set(await broker.zk_call(broker.catalog.brokers))
+        live = set(await self.zk.call(self.catalog.brokers))
         by_topic: dict[str, dict[int, tuple[int, ...] | None]] = {}
         for (topic, partition), target in requested.items():
             by_topic.setdefault(topic, {})[partition] = target
@@ -219,14 +223,13 @@ class Controller:
 
     async def _reassign_topic(self, topic: str, wanted: dict[int, tuple[int, ...] | None],
                               live: set[int]) -> ReassignmentResult:
-        broker = self.broker
         for _ in range(ELECTION_ATTEMPTS):
             results: ReassignmentResult = {}
-            found = await broker.zk_call(broker.catalog.replica_assignments, topic)
+            found = await self.zk.call(self.catalog.replica_assignments, topic)
             if found is None:
                 return {(topic, p): UnknownTopicError(f"Topic '{topic}' does not exist.")
                         for p in wanted}
-            states = await broker.zk_call(self._read_states, [(topic, p) for p in wanted])
+            states = await self.zk.call(self._read_states, [(topic, p) for p in wanted])
             changes = []
             for partition, target in wanted.items():
                 key = (topic, partition)
@@ -264,21 +267,20 @@ class Controller:
         """One topic's reassignment changes in one transaction: with the controller epoch
         check while ACTIVE, else with the znode versions alone (as :meth:`_write`).
         ``strict`` (the controller's own decisions): ControllerMovedError propagates."""
-        broker = self.broker
         assignments: dict[int, ReplicaAssignment] = {c.partition: c.assignment for c in changes}
         states = {c.partition: c.state for c in changes if c.state is not None}
         if self.epoch is not None:
             epoch_version = self.epoch_version
             try:
-                await broker.zk_call(lambda: broker.catalog.write_replica_assignments(
+                await self.zk.call(lambda: self.catalog.write_replica_assignments(
                     topic, assignments, version, states, epoch_version=epoch_version))
                 return
             except ControllerMovedError:
                 if strict:
                     raise
                 self.resign()
-        await broker.zk_call(broker.catalog.write_replica_assignments, topic, assignments,
-                             version, states)
+        await self.zk.call(self.catalog.write_replica_assignments, topic, assignments,
+                           version, states)
 
     # ------------------------------------------------------------------ ElectLeaders
     async def elect_leaders(
@@ -287,16 +289,15 @@ class Controller:
         """Run an ElectLeaders request (see the module docstring); ``partitions`` None: every
         partition of every topic. Each partition gets the state written (with its new leader)
         or a typed error; partitions this broker's metadata does not know are not looked up."""
-        broker = self.broker
-        registered = await broker.zk_call(broker.catalog.brokers)
+        registered = await self.zk.call(self.catalog.brokers)
         if partitions is None:
-            states = await broker.zk_call(broker.catalog.all_partition_states)
+            states = await self.zk.call(self.catalog.all_partition_states)
             wanted = sorted(states)
         else:
             wanted = list(dict.fromkeys(partitions))
-            known = [key for key in wanted if key[0] in broker.topics
-                     and key[1] in broker.topics[key[0]].assignment]
-            states = await broker.zk_call(self._read_states, known) if known else {}
+            known = [key for key in wanted if key[0] in self.metadata.topics
+                     and key[1] in self.metadata.topics[key[0]].assignment]
+            states = await self.zk.call(self._read_states, known) if known else {}
         results: ElectionResult = {}
         for key in wanted:
             found = states.get(key)
@@ -306,14 +307,14 @@ class Controller:
                         f"The partition {key[0]}-{key[1]} does not exist.")
                     break
                 replicas, state = found
-                offline = broker.offline_replicas.get(key, frozenset())
+                offline = self.metadata.offline_replicas.get(key, frozenset())
                 view = election.PartitionView(key[0], key[1], replicas, state)
                 try:
                     write = election.admin_election(view, set(registered) - offline,
                                                     election_type, self.epoch or 0)
                     await self._write(write)
                 except StaleStateError:
-                    found = (await broker.zk_call(self._read_states, [key])).get(key)
+                    found = (await self.zk.call(self._read_states, [key])).get(key)
                     continue
                 except LoglakeError as exc:
                     results[key] = exc
@@ -330,21 +331,20 @@ class Controller:
     async def _write(self, write: election.StateWrite) -> None:
         """One decision: with the controller epoch check while ACTIVE, else with the state
         znode version alone. StaleStateError when the state changed since it was read."""
-        broker = self.broker
         if self.epoch is not None:
             try:
-                await broker.zk_call(broker.catalog.controller_write, write.topic,
-                                     write.partition, write.state, self.epoch_version)
+                await self.zk.call(self.catalog.controller_write, write.topic,
+                                   write.partition, write.state, self.epoch_version)
                 return
             except ControllerMovedError:
                 self.resign()
-        await broker.zk_call(broker.catalog.update_partition_state, write.topic,
-                             write.partition, write.state)
+        await self.zk.call(self.catalog.update_partition_state, write.topic,
+                           write.partition, write.state)
 
     def _read_states(self, keys: Iterable[election.TopicPartition]
                      ) -> dict[election.TopicPartition, tuple[tuple[int, ...], PartitionState]]:
         """Assignment and state of ``keys`` that exist (worker thread)."""
-        catalog = self.broker.catalog
+        catalog = self.catalog
         result = {}
         topics: dict[str, dict[int, tuple[int, ...]] | None] = {}
         for topic, partition in keys:
@@ -364,13 +364,12 @@ class Controller:
         every state written, or a later one, so a client's next Metadata request sees the new
         leader (Kafka's DelayedElectLeader); partitions still not shown then answer
         REQUEST_TIMED_OUT."""
-        broker = self.broker
         deadline = time.monotonic() + min(max(timeout, 0.0), ELECTION_WAIT_MAX_S)
 
         def pending() -> list[election.TopicPartition]:
             return [key for key, written in results.items()
                     if isinstance(written, PartitionState)
-                    and ((state := broker.partition_states.get(key)) is None
+                    and ((state := self.metadata.partition_states.get(key)) is None
                          or state.leader_epoch < written.leader_epoch)]
 
         while pending() and time.monotonic() < deadline:

@@ -26,7 +26,7 @@ log = logging.getLogger("loglake.broker")
 
 async def run(config: BrokerConfig) -> None:
     broker = Broker(config)
-    server = KafkaServer(broker)
+    server = KafkaServer(broker.services)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -30,9 +30,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
+from loglake.broker.replica_manager import ReplicaManager
 from loglake.errors import (
     KafkaStorageError,
     LoglakeError,
@@ -42,8 +44,15 @@ from loglake.errors import (
     RequestTimedOutError,
 )
 
-if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+
+class TieredRecords(Protocol):
+    """What DeleteRecords needs of the tiered storage (broker/tiering.py's ``Tierer``)."""
+
+    async def delete_records(self, partition: Partition, offset: int) -> None: ...
+
+    async def log_start(self, partition: Partition) -> int: ...
+
+    def known_log_start(self, partition: Partition) -> int: ...
 
 log = logging.getLogger(__name__)
 
@@ -54,27 +63,30 @@ POLL_S = 0.02
 
 
 async def delete_records(
-    broker: Broker, wanted: Mapping[TopicPartition, int], timeout_s: float
+    wanted: Mapping[TopicPartition, int], timeout_s: float, *, replicas: ReplicaManager,
+    tier: TieredRecords, metadata: MetadataCache,
 ) -> dict[TopicPartition, int | LoglakeError]:
     """Delete below ``wanted[(topic, partition)]`` on every partition this broker leads (see
-    the module docstring); each gets its low watermark or a typed error."""
+    the module docstring); each gets its low watermark or a typed error. ``replicas``: the
+    hosted partitions; ``tier``: the tiered storage; ``metadata``: live brokers and offline
+    replicas (who the low watermark waits for)."""
     results: dict[TopicPartition, int | LoglakeError] = {}
     pending: dict[TopicPartition, tuple[Partition, int]] = {}
     deadline = time.monotonic() + max(timeout_s, 0.0)
     for key, offset in wanted.items():
         try:
-            partition = broker.leader_partition(*key)
+            partition = replicas.leader_partition(*key)
             target = _target(partition, offset)
             try:
-                await broker.tierer.delete_records(partition, target)
+                await tier.delete_records(partition, target)
             except Exception as exc:
                 log.warning("DeleteRecords on %s: the table could not be changed: %s",
                             partition.name, exc)
                 raise KafkaStorageError(
                     f"DeleteRecords on {partition.name}: the tiered table could not be "
                     f"changed: {exc}", hint="retry once the storage is reachable") from exc
-            if broker.partitions.get(key) is not partition or partition.role is not Role.LEADER:
-                raise NotLeaderError(f"Broker {broker.config.broker_id} stopped leading "
+            if replicas.partitions.get(key) is not partition or partition.role is not Role.LEADER:
+                raise NotLeaderError(f"Broker {replicas.broker_id} stopped leading "
                                      f"{partition.name} during DeleteRecords.")
             try:
                 moved = partition.advance_log_start(target)
@@ -85,18 +97,18 @@ async def delete_records(
             if moved:
                 log.info("%s: DeleteRecords moved the log start offset to %d", partition.name,
                          target)
-            await broker.tierer.log_start(partition)  # reload the table's start (cached)
+            await tier.log_start(partition)  # reload the table's start (cached)
             pending[key] = (partition, target)
         except LoglakeError as exc:
             results[key] = exc
     while pending:
         for key, (partition, target) in list(pending.items()):
-            if broker.partitions.get(key) is not partition or partition.role is not Role.LEADER:
+            if replicas.partitions.get(key) is not partition or partition.role is not Role.LEADER:
                 results[key] = NotLeaderError(
-                    f"Broker {broker.config.broker_id} stopped leading {partition.name} before "
+                    f"Broker {replicas.broker_id} stopped leading {partition.name} before "
                     "its replicas deleted the records.")
             else:
-                low = low_watermark(broker, partition)
+                low = low_watermark(partition, replicas.broker_id, tier, metadata)
                 if low < target:
                     continue
                 results[key] = low
@@ -108,7 +120,7 @@ async def delete_records(
         results[key] = RequestTimedOutError(
             f"DeleteRecords on {partition.name}: the leader moved its log start to {target}, "
             f"but not every replica did within the request timeout (low watermark "
-            f"{low_watermark(broker, partition)}).")
+            f"{low_watermark(partition, replicas.broker_id, tier, metadata)}).")
     return results
 
 
@@ -131,11 +143,12 @@ def _target(partition: Partition, offset: int) -> int:
     return offset
 
 
-def low_watermark(broker: Broker, partition: Partition) -> int:
+def low_watermark(partition: Partition, broker_id: int, tier: TieredRecords,
+                  metadata: MetadataCache) -> int:
     """The smallest log start offset among the leader (table included) and the followers it
     waits for: those on live brokers whose replica is not offline."""
     key = (partition.topic, partition.index)
-    offline = broker.offline_replicas.get(key, frozenset())
-    followers = {r for r in partition.replicas if r != broker.config.broker_id
-                 and r in broker.live_brokers and r not in offline}
-    return min(broker.tierer.known_log_start(partition), partition.low_watermark(followers))
+    offline = metadata.offline_replicas.get(key, frozenset())
+    followers = {r for r in partition.replicas if r != broker_id
+                 and r in metadata.live_brokers and r not in offline}
+    return min(tier.known_log_start(partition), partition.low_watermark(followers))

@@ -37,17 +37,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.serial.errors import SerialError
 
 from loglake.broker.connection import BrokerConnection
+from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
+from loglake.broker.replication_quota import ReplicationQuotas
 from loglake.errors import LoglakeError
-
-if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 Key = tuple[str, int]
@@ -69,9 +68,14 @@ def _quiet(error: int) -> bool:
 
 
 class ReplicaFetcher:
-    def __init__(self, broker: Broker, leader_id: int) -> None:
-        self.broker = broker
+    def __init__(self, leader_id: int, *, broker_id: int, metadata: MetadataCache,
+                 quotas: ReplicationQuotas) -> None:
+        """Fetch from broker ``leader_id`` as replica ``broker_id``; the leader's address comes
+        from ``metadata``'s live brokers at each connect, throttles from ``quotas``."""
         self.leader_id = leader_id
+        self.broker_id = broker_id
+        self.metadata = metadata
+        self.quotas = quotas
         self.partitions: dict[Key, Partition] = {}
         self.truncating: dict[Key, int] = {}  # key -> rounds so far
         self._task: asyncio.Task[None] | None = None
@@ -131,11 +135,11 @@ class ReplicaFetcher:
     async def _connect(self) -> BrokerConnection | None:
         if self._connection is not None and self._connection.connected:
             return self._connection
-        info = self.broker.live_brokers.get(self.leader_id)
+        info = self.metadata.live_brokers.get(self.leader_id)
         if info is None:
             return None
         self._connection = BrokerConnection(
-            info.host, info.port, client_id=f"replica-{self.broker.config.broker_id}",
+            info.host, info.port, client_id=f"replica-{self.broker_id}",
             timeout=FETCH_MAX_WAIT_MS / 1000 + 30,
         )
         await self._connection.connect()
@@ -169,7 +173,7 @@ class ReplicaFetcher:
                 "leader_epoch": latest,
             })
         response = await connection.request(23, 4, {
-            "replica_id": self.broker.config.broker_id,
+            "replica_id": self.broker_id,
             "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],
         })
         for topic in response.topics:
@@ -205,7 +209,7 @@ class ReplicaFetcher:
             del self.truncating[key]
 
     async def _fetch(self, connection: BrokerConnection) -> None:
-        quotas = self.broker.replication_quotas
+        quotas = self.quotas
         fetching: dict[Key, Partition] = {}
         limits: dict[Key, int] = {}
         throttled: set[Key] = set()
@@ -234,7 +238,7 @@ class ReplicaFetcher:
                 "partition_max_bytes": limits[(topic, index)],
             })
         response = await connection.request(1, 12, {
-            "replica_id": self.broker.config.broker_id, "max_wait": FETCH_MAX_WAIT_MS,
+            "replica_id": self.broker_id, "max_wait": FETCH_MAX_WAIT_MS,
             "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES, "isolation_level": 0,
             "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": p} for t, p in topics.items()],

@@ -74,7 +74,7 @@ from loglake.broker.request_memory import (
 )
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 log = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
@@ -93,23 +93,26 @@ def preload_schemas() -> None:
 
 
 class KafkaServer:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, services: BrokerServices) -> None:
+        """Serve the Kafka protocol with the handlers of broker/apis.py, each given
+        ``services`` (the parts of the broker a handler may use)."""
+        self.services = services
+        self.config = services.config
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        budget = broker.config.queued_max_request_bytes
+        budget = services.config.queued_max_request_bytes
         self.memory = RequestMemory(budget if budget >= 0 else None)
         self._unsupported_logged: set[tuple[str, int, int]] = set()
 
     async def start(self) -> None:
         preload_schemas()
         # the StreamReader stops reading a socket once it buffers more than 2 * limit
-        read_ahead = max(1, self.broker.config.queued_max_request_bytes_per_connection // 2)
+        read_ahead = max(1, self.config.queued_max_request_bytes_per_connection // 2)
         self._server = await asyncio.start_server(
-            self._on_connection, self.broker.config.host, self.broker.config.port,
+            self._on_connection, self.config.host, self.config.port,
             reuse_address=True, limit=read_ahead,
         )
-        log.info("listening on %s:%d", self.broker.config.host, self.broker.config.port)
+        log.info("listening on %s:%d", self.config.host, self.config.port)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -145,7 +148,7 @@ class KafkaServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object,
         holder: Holder,
     ) -> None:
-        max_size = self.broker.config.socket_request_max_bytes
+        max_size = self.config.socket_request_max_bytes
         while True:
             size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
             if size < 8 or size > max_size:
@@ -196,7 +199,7 @@ class KafkaServer:
         if isinstance(peer, tuple) and peer:
             frame = dataclasses.replace(frame, client_host=f"/{peer[0]}")
         try:
-            body = await api.handler(self.broker, frame)
+            body = await api.handler(self.services, frame)
         except FrameError:
             raise
         except Exception as exc:

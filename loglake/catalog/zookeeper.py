@@ -16,6 +16,8 @@ Layout (JSON values, as Kafka writes them)::
                                                       throttle rates), one broker / all
     /admin/delete_topics/<topic>                     marker while a deletion runs
     /controller (ephemeral), /controller_epoch
+    /latest_producer_id_block                        {"version":1,"broker","block_start",
+                                                      "block_end"} (Kafka's; decimal strings)
     /consumers/<group>/offsets/<topic>/<p>           committed offset, plain decimal (Kafka's
                                                       form); metadata in offsets_meta/ beside
                                                       it (catalog/groups.py)
@@ -98,6 +100,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 from kio.schema.errors import ErrorCode
 
+from loglake.catalog.groups import GroupStore
 from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
 
 log = logging.getLogger(__name__)
@@ -292,6 +295,7 @@ STORAGE = "/loglake/storage"
 TIERING = "/loglake/tiering"
 TABLE_CHANGES = "/loglake/table_changes"
 OFFLINE_REPLICAS = "/loglake/offline_replicas"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 """One ephemeral child ``<broker>:<partition>:<topic>`` per replica its broker cannot open
 (``:`` never occurs in a topic name); it goes with the broker's session."""
 CHROOT_SCAN_LIMIT = 100
@@ -753,6 +757,16 @@ class ClusterCatalog:
                              frozenset(p for p, a in found.partitions.items() if a.reassigning))
 
     @_zookeeper_op
+    def topic_id(self, name: str) -> uuid.UUID:
+        """The topic id in ``/brokers/topics/<name>`` (the zero UUID if none, or no topic)."""
+        try:
+            raw, _ = self.zk.get(f"{TOPICS}/{name}")
+            topic_id = json.loads(raw).get("topic_id")
+            return uuid.UUID(topic_id) if topic_id else uuid.UUID(int=0)
+        except (NoNodeError, ValueError, TypeError):
+            return uuid.UUID(int=0)
+
+    @_zookeeper_op
     def create_topic(
         self,
         name: str,
@@ -964,6 +978,38 @@ class ClusterCatalog:
             with contextlib.suppress(NoNodeError):
                 self.zk.delete(path, recursive=True)
         self.zk.delete(f"{DELETE_TOPICS}/{name}")
+
+    # ---- producer ids
+    @_zookeeper_op
+    def claim_producer_id_block(self, broker_id: int, size: int) -> int:
+        """Claim the next ``size`` producer ids (Kafka's ``/latest_producer_id_block`` scheme:
+        version-checked write of the block after the latest one); the block's first id."""
+        for _ in range(100):
+            try:
+                raw, stat = self.zk.get(PRODUCER_ID_BLOCK)
+            except NoNodeError:
+                block = {"version": 1, "broker": broker_id, "block_start": "0",
+                         "block_end": str(size - 1)}
+                try:
+                    self.zk.create(PRODUCER_ID_BLOCK, json.dumps(block).encode())
+                    return 0
+                except NodeExistsError:
+                    continue
+            start = int(json.loads(raw)["block_end"]) + 1
+            block = {"version": 1, "broker": broker_id, "block_start": str(start),
+                     "block_end": str(start + size - 1)}
+            try:
+                self.zk.set(PRODUCER_ID_BLOCK, json.dumps(block).encode(), version=stat.version)
+                return start
+            except BadVersionError:
+                continue
+        raise LoglakeError("could not claim a producer id block: too much contention")
+
+    # ---- consumer groups
+    def group_store(self) -> GroupStore:
+        """Committed offsets and group metadata of consumer groups (catalog/groups.py), on
+        this catalog's session."""
+        return GroupStore(self.zk)
 
     # ---- configs
     @_zookeeper_op

@@ -22,7 +22,9 @@ the join phase deadline (max rebalance timeout, or ``group.initial.rebalance.del
 group that was empty), the sync phase deadline, ownership re-checks and offset expiry of empty
 groups after ``offsets.retention.minutes`` (KIP-211).
 
-Runs on the broker's event loop (not thread-safe); ZooKeeper I/O goes through worker threads.
+Runs on the broker's event loop (not thread-safe); ZooKeeper I/O goes through the session's
+executor (broker/zk_session.py). Depends on the ZooKeeper session, the metadata cache and the
+config only.
 """
 
 from __future__ import annotations
@@ -34,17 +36,17 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.groups.group import Group, GroupState, Member
-from loglake.catalog.groups import CommittedOffset, GroupStore, StaleGroupError
+from loglake.broker.metadata_cache import MetadataCache
+from loglake.broker.zk_session import ZkSession
+from loglake.catalog.groups import CommittedOffset, StaleGroupError
 from loglake.catalog.zookeeper import CatalogClosedError
+from loglake.config import BrokerConfig
 from loglake.errors import LoglakeError
-
-if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 TICK_S = 0.1
@@ -71,9 +73,14 @@ def coordinator_for(group_id: str, live: Iterable[int]) -> int:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.store = GroupStore(broker.catalog.zk)
+    def __init__(self, zk: ZkSession, metadata: MetadataCache, config: BrokerConfig) -> None:
+        """``zk``: the broker's session (lease, ZooKeeper calls, the group store);
+        ``metadata``: live brokers (who coordinates what) and topics; ``config``: broker id,
+        rebalance delay and offset retention."""
+        self.zk = zk
+        self.metadata = metadata
+        self.config = config
+        self.store = zk.catalog.group_store()
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self._loading: dict[str, asyncio.Future[Group]] = {}
@@ -84,19 +91,19 @@ class GroupCoordinator:
 
     @property
     def me(self) -> int:
-        return self.broker.config.broker_id
+        return self.config.broker_id
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
 
     def coordinator_for(self, group_id: str) -> int:
-        return coordinator_for(group_id, self.broker.live_brokers)
+        return coordinator_for(group_id, self.metadata.live_brokers)
 
     # ------------------------------------------------------------------ ownership
     async def _owned(self, group_id: str) -> Group:
         if not group_id:
             raise GroupError(ErrorCode.invalid_group_id, "The group id must not be empty.")
-        if not self.broker.zk_healthy():
+        if not self.zk.healthy():
             raise GroupError(ErrorCode.coordinator_not_available,
                              "This broker has no live ZooKeeper session.")
         if self.coordinator_for(group_id) != self.me:
@@ -113,12 +120,11 @@ class GroupCoordinator:
         return await asyncio.shield(loading)
 
     async def _load(self, group_id: str) -> Group:
-        broker = self.broker
-        if not await broker.zk_call(self.store.claim, group_id, self.me):
+        if not await self.zk.call(self.store.claim, group_id, self.me):
             raise GroupError(ErrorCode.coordinator_not_available,
                              f"Group {group_id} is still owned by its previous coordinator.")
-        stored = await broker.zk_call(self.store.load_state, group_id)
-        offsets = await broker.zk_call(self.store.fetch, group_id)
+        stored = await self.zk.call(self.store.load_state, group_id)
+        offsets = await self.zk.call(self.store.fetch, group_id)
         if stored is None:
             group = Group(group_id, empty_since_ms=int(time.time() * 1000))
         else:
@@ -142,7 +148,7 @@ class GroupCoordinator:
                 _fail(member, GroupError(ErrorCode.not_coordinator,
                                          f"Group {group_id} moved to another coordinator."))
         with contextlib.suppress(Exception):
-            await self.broker.zk_call(self.store.release, group_id)
+            await self.zk.call(self.store.release, group_id)
         log.info("released group %s", group_id)
 
     async def _persist(self, group: Group) -> None:
@@ -151,7 +157,7 @@ class GroupCoordinator:
             if self.groups.get(group.group_id) is not group:
                 return
             try:
-                group.zk_version = await self.broker.zk_call(
+                group.zk_version = await self.zk.call(
                     self.store.save_state, group.group_id, group.to_json(), group.zk_version)
             except StaleGroupError:
                 log.warning("group %s was taken over by another coordinator", group.group_id)
@@ -282,7 +288,7 @@ class GroupCoordinator:
         group.state = GroupState.PREPARING_REBALANCE
         now = self._now()
         group.rebalance_deadline = now + max(group.max_rebalance_timeout_ms(), 1) / 1000
-        delay = self.broker.config.group_initial_rebalance_delay_ms / 1000
+        delay = self.config.group_initial_rebalance_delay_ms / 1000
         if was_empty and delay > 0:
             self._initial_delay_until[group.group_id] = now + delay
             group.rebalance_deadline = min(group.rebalance_deadline, now + delay)
@@ -450,7 +456,7 @@ class GroupCoordinator:
         accepted: dict[tuple[str, int], CommittedOffset] = {}
         now_ms = int(time.time() * 1000)
         for (topic, partition), (offset, epoch, metadata) in offsets.items():
-            meta = self.broker.topics.get(topic)
+            meta = self.metadata.topics.get(topic)
             if meta is None or partition not in meta.assignment:
                 errors[(topic, partition)] = ErrorCode.unknown_topic_or_partition
             elif metadata is not None and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
@@ -460,7 +466,7 @@ class GroupCoordinator:
                                                                now_ms)
                 errors[(topic, partition)] = ErrorCode.none
         if accepted:
-            await self.broker.zk_call(self.store.commit, group_id, accepted)
+            await self.zk.call(self.store.commit, group_id, accepted)
             self.offsets.setdefault(group_id, {}).update(accepted)
         return errors
 
@@ -481,7 +487,7 @@ class GroupCoordinator:
                 errors[(topic, partition)] = ErrorCode.none
                 deletable.append((topic, partition))
         if deletable:
-            await self.broker.zk_call(self.store.delete_offsets, group_id, deletable)
+            await self.zk.call(self.store.delete_offsets, group_id, deletable)
             for key in deletable:
                 self.offsets.get(group_id, {}).pop(key, None)
         return errors
@@ -510,7 +516,7 @@ class GroupCoordinator:
     async def list_groups(self) -> list[Group]:
         ids = set(self.groups)
         with contextlib.suppress(Exception):
-            ids |= set(await self.broker.zk_call(self.store.group_ids))
+            ids |= set(await self.zk.call(self.store.group_ids))
         result = []
         for group_id in sorted(ids):
             if self.coordinator_for(group_id) != self.me:
@@ -531,7 +537,7 @@ class GroupCoordinator:
         if group.zk_version < 0 and not stored:
             raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} does not exist.")
         group.state = GroupState.DEAD
-        await self.broker.zk_call(self.store.delete_group, group_id)
+        await self.zk.call(self.store.delete_group, group_id)
         await self._release(group_id)
 
     # ------------------------------------------------------------------ timers
@@ -553,10 +559,9 @@ class GroupCoordinator:
         """Rewrite committed offsets still in loglake's old JSON form into Kafka's plain form
         (catalog.groups), once at start-up, waiting out ZooKeeper outages. Runs beside the
         coordinator: readers accept both forms meanwhile."""
-        catalog = self.broker.catalog
         try:
-            migrated = await self.broker.zk_call(
-                catalog.retrying, "migrating committed offsets", self.store.migrate_offsets)
+            migrated = await self.zk.step("migrating committed offsets",
+                                          self.store.migrate_offsets)
         except CatalogClosedError:  # the broker stops; the next start-up migrates
             return
         except Exception:  # e.g. ZooKeeper refused a write: the next start-up retries
@@ -568,7 +573,7 @@ class GroupCoordinator:
     async def _tick(self) -> None:
         now = self._now()
         for group_id, group in list(self.groups.items()):
-            if self.coordinator_for(group_id) != self.me or not self.broker.zk_healthy():
+            if self.coordinator_for(group_id) != self.me or not self.zk.healthy():
                 await self._persist(group)
                 await self._release(group_id)
                 continue
@@ -592,13 +597,13 @@ class GroupCoordinator:
                 self._remove_member(group, member_id)
             if expired:
                 self._after_membership_change(group, "session expired")
-        interval = self.broker.config.offsets_retention_check_interval_ms / 1000
+        interval = self.config.offsets_retention_check_interval_ms / 1000
         if time.monotonic() - self._last_expiry_check >= interval:
             self._last_expiry_check = time.monotonic()
             await self._expire_offsets()
 
     async def _expire_offsets(self) -> None:
-        retention_ms = self.broker.config.offsets_retention_minutes * 60_000
+        retention_ms = self.config.offsets_retention_minutes * 60_000
         now_ms = int(time.time() * 1000)
         for group in await self.list_groups():
             if group.members:
@@ -611,7 +616,7 @@ class GroupCoordinator:
             if now_ms - last_activity > retention_ms:
                 log.info("group %s: offsets expired (empty for %d min)", group.group_id,
                          (now_ms - last_activity) // 60_000)
-                await self.broker.zk_call(self.store.delete_group, group.group_id)
+                await self.zk.call(self.store.delete_group, group.group_id)
                 self.offsets[group.group_id] = {}
                 group.zk_version = -1
 

@@ -29,7 +29,7 @@ from loglake.errors import (
 )
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -47,7 +47,7 @@ under ZooKeeper's default 1 MiB ``jute.maxbuffer`` (20,000 made the broker lose 
 
 
 async def create_topic(
-    broker: Broker,
+    services: BrokerServices,
     name: str,
     num_partitions: int,
     replication_factor: int,
@@ -58,10 +58,10 @@ async def create_topic(
 ) -> tuple[dict[int, tuple[int, ...]], TopicConfig, uuid.UUID]:
     """Validate and (unless ``validate_only``) create a topic; raises LoglakeError subclasses."""
     validate_topic_name(name)
-    if name in broker.topics:
+    if name in services.metadata.topics:
         raise TopicExistsError(f"Topic '{name}' already exists.")
-    config = broker.config.topic_config(configs)
-    registered = await broker.zk_call(broker.catalog.brokers)
+    config = services.config.topic_config(configs)
+    registered = await services.zk.call(services.zk.catalog.brokers)
     live = sorted(registered)
     if manual:
         if num_partitions != -1 or replication_factor != -1:
@@ -82,9 +82,9 @@ async def create_topic(
             if unknown:
                 raise InvalidReplicationFactorError(f"Unknown broker ids {sorted(unknown)}.")
     else:
-        partitions = broker.config.num_partitions if num_partitions == -1 else num_partitions
+        partitions = services.config.num_partitions if num_partitions == -1 else num_partitions
         factor = (
-            broker.config.default_replication_factor
+            services.config.default_replication_factor
             if replication_factor == -1 else replication_factor
         )
         if partitions <= 0:
@@ -99,15 +99,15 @@ async def create_topic(
                                      partitions, factor)
     topic_id = uuid.uuid4()
     if not validate_only:
-        await broker.zk_call(
-            lambda: broker.catalog.create_topic(name, assignment, config.overrides,
-                                                topic_id=str(topic_id))
+        await services.zk.call(
+            lambda: services.zk.catalog.create_topic(name, assignment, config.overrides,
+                                                     topic_id=str(topic_id))
         )
-        broker.reconcile_after_change()
+        await services.topic_admin.reconcile_after_change()
     return assignment, config, topic_id
 
 
-async def create_topics(broker: Broker, frame: RequestFrame) -> Any:
+async def create_topics(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     results = []
     seen: set[str] = set()
@@ -121,7 +121,7 @@ async def create_topics(broker: Broker, frame: RequestFrame) -> Any:
             configs = {c.name: c.value for c in topic.configs if c.value is not None}
             manual = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
             assignment, config, topic_id = await create_topic(
-                broker, topic.name, topic.num_partitions, topic.replication_factor, configs,
+                services, topic.name, topic.num_partitions, topic.replication_factor, configs,
                 manual, validate_only=request.validate_only,
             )
             result.update(
@@ -129,7 +129,8 @@ async def create_topics(broker: Broker, frame: RequestFrame) -> Any:
                 topic_id=topic_id,
                 num_partitions=len(assignment),
                 replication_factor=len(next(iter(assignment.values()))),
-                configs=[_describe_entry(broker, config, key, False) for key in TOPIC_CONFIG_KEYS],
+                configs=[_describe_entry(services, config, key, False)
+                         for key in TOPIC_CONFIG_KEYS],
             )
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
@@ -137,39 +138,40 @@ async def create_topics(broker: Broker, frame: RequestFrame) -> Any:
     return build(response_class(19, frame.api_version), {"topics": results})
 
 
-async def delete_topics(broker: Broker, frame: RequestFrame) -> Any:
+async def delete_topics(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     if hasattr(request, "topics"):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
-    by_id = {v: k for k, v in broker.topic_ids.items()}
+    by_id = {v: k for k, v in services.metadata.topic_ids.items()}
     results = []
     for name, topic_id in wanted:
         if name is None and topic_id is not None:
             name = by_id.get(topic_id)
         result: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0)}
         try:
-            if name is None or name not in broker.topics:
+            if name is None or name not in services.metadata.topics:
                 raise UnknownTopicError(f"Topic '{name or topic_id}' does not exist.")
-            await broker.zk_call(broker.catalog.delete_topic, name)
-            await broker.tierer.delete_table(name)
+            await services.zk.call(services.zk.catalog.delete_topic, name)
+            await services.tierer.delete_table(name)
             result["error_code"] = ErrorCode.none
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
         results.append(result)
-    broker.reconcile_after_change()
+    await services.topic_admin.reconcile_after_change()
     key = "responses"
     return build(response_class(20, frame.api_version), {key: results})
 
 
 def _describe_entry(
-    broker: Broker, config: TopicConfig, name: str, synonyms: bool, documentation: bool = False
+    services: BrokerServices, config: TopicConfig, name: str, synonyms: bool,
+    documentation: bool = False,
 ) -> dict[str, Any]:
     key = TOPIC_CONFIG_KEYS[name]
     if not config.is_default(name):
         source = SOURCE_DYNAMIC_TOPIC
-    elif name in broker.config.topic_defaults:
+    elif name in services.config.topic_defaults:
         source = SOURCE_STATIC_BROKER
     else:
         source = SOURCE_DEFAULT
@@ -185,7 +187,7 @@ def _describe_entry(
     return entry
 
 
-async def describe_configs(broker: Broker, frame: RequestFrame) -> Any:
+async def describe_configs(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     synonyms = getattr(request, "include_synonyms", False)
     documentation = getattr(request, "include_documentation", False)
@@ -195,15 +197,15 @@ async def describe_configs(broker: Broker, frame: RequestFrame) -> Any:
                                   "resource_name": resource.resource_name, "configs": []}
         try:
             if resource.resource_type == RESOURCE_TOPIC:
-                config = await _current_topic_config(broker, resource.resource_name)
+                config = await _current_topic_config(services, resource.resource_name)
                 keys = resource.configuration_keys or list(TOPIC_CONFIG_KEYS)
                 result["configs"] = [
-                    _describe_entry(broker, config, key, synonyms, documentation)
+                    _describe_entry(services, config, key, synonyms, documentation)
                     for key in keys if key in TOPIC_CONFIG_KEYS
                 ]
             elif resource.resource_type == RESOURCE_BROKER:
-                result["configs"] = _broker_configs(broker, resource.configuration_keys) + \
-                    broker_configs.describe_dynamic(broker, resource.configuration_keys)
+                result["configs"] = _broker_configs(services, resource.configuration_keys) + \
+                    broker_configs.describe_dynamic(services, resource.configuration_keys)
             else:
                 raise InvalidRequestError(
                     f"Unsupported resource type {resource.resource_type}."
@@ -215,22 +217,23 @@ async def describe_configs(broker: Broker, frame: RequestFrame) -> Any:
     return build(response_class(32, frame.api_version), {"results": results})
 
 
-async def _current_topic_config(broker: Broker, name: str) -> TopicConfig:
+async def _current_topic_config(services: BrokerServices, name: str) -> TopicConfig:
     """A topic's config as ZooKeeper holds it now (as Kafka's DescribeConfigs reads it), so a
     describe right after an alter on another broker sees the change; UnknownTopicError if the
     topic does not exist."""
-    if name not in broker.topics and await broker.zk_call(broker.catalog.topic, name) is None:
+    if name not in services.metadata.topics and await services.zk.call(
+            services.zk.catalog.topic, name) is None:
         raise UnknownTopicError(f"Topic '{name}' does not exist.")
-    overrides = await broker.zk_call(broker.catalog.topic_config, name)
+    overrides = await services.zk.call(services.zk.catalog.topic_config, name)
     try:
-        return broker.config.topic_config(overrides)
+        return services.config.topic_config(overrides)
     except LoglakeError:  # an invalid value in ZooKeeper: what the broker runs with
-        cached = broker.topic_configs.get(name)
-        return cached if cached is not None else broker.config.topic_config({})
+        cached = services.metadata.topic_configs.get(name)
+        return cached if cached is not None else services.config.topic_config({})
 
 
-def _broker_configs(broker: Broker, keys: Any) -> list[dict[str, Any]]:
-    c = broker.config
+def _broker_configs(services: BrokerServices, keys: Any) -> list[dict[str, Any]]:
+    c = services.config
     values = {
         "broker.id": str(c.broker_id),
         "listeners": f"PLAINTEXT://{c.host}:{c.port}",
@@ -248,7 +251,7 @@ def _broker_configs(broker: Broker, keys: Any) -> list[dict[str, Any]]:
     ]
 
 
-async def incremental_alter_configs(broker: Broker, frame: RequestFrame) -> Any:
+async def incremental_alter_configs(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     results = []
     for resource in request.resources:
@@ -257,7 +260,7 @@ async def incremental_alter_configs(broker: Broker, frame: RequestFrame) -> Any:
         try:
             if resource.resource_type == RESOURCE_BROKER:  # the dynamic ones (throttle rates)
                 await broker_configs.alter_broker_configs(
-                    broker, resource.resource_name, resource.configs,
+                    services, resource.resource_name, resource.configs,
                     validate_only=request.validate_only)
                 result["error_code"] = ErrorCode.none
                 results.append(result)
@@ -267,14 +270,14 @@ async def incremental_alter_configs(broker: Broker, frame: RequestFrame) -> Any:
                     "Only topic and broker configs can be altered."
                 )
             name = resource.resource_name
-            if name not in broker.topics:
+            if name not in services.metadata.topics:
                 raise UnknownTopicError(f"Topic '{name}' does not exist.")
-            current = dict(await broker.zk_call(broker.catalog.topic_config, name))
+            current = dict(await services.zk.call(services.zk.catalog.topic_config, name))
             updated = _apply_ops(current, resource.configs)
-            broker.config.topic_config(updated)  # validates the result as a whole
+            services.config.topic_config(updated)  # validates the result as a whole
             if not request.validate_only:
-                await broker.zk_call(broker.catalog.set_topic_config, name, updated)
-                broker._apply_config(name, updated)
+                await services.zk.call(services.zk.catalog.set_topic_config, name, updated)
+                services.topic_admin.apply_topic_config(name, updated)
             result["error_code"] = ErrorCode.none
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)

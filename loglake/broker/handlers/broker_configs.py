@@ -26,7 +26,7 @@ from loglake.config import DYNAMIC_BROKER_CONFIG_KEYS
 from loglake.errors import InvalidConfigError, InvalidRequestError
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 OP_SET, OP_DELETE = 0, 1
 SOURCE_DYNAMIC_BROKER = 2
@@ -36,11 +36,11 @@ SOURCE_DEFAULT = 5
 CONFIG_TYPE_LONG = 5
 
 
-def entity_of(broker: Broker, resource_name: str) -> str:
+def entity_of(services: BrokerServices, resource_name: str) -> str:
     """The ``/config/brokers`` child a BROKER resource names (see the module docstring)."""
     if not resource_name:
         return DEFAULT_ENTITY
-    own = str(broker.config.broker_id)
+    own = str(services.config.broker_id)
     if resource_name.strip() != own:
         raise InvalidRequestError(
             f"Unexpected broker id, expected {own} or empty string, but received "
@@ -48,12 +48,12 @@ def entity_of(broker: Broker, resource_name: str) -> str:
     return own
 
 
-async def alter_broker_configs(broker: Broker, resource_name: str, operations: Any, *,
+async def alter_broker_configs(services: BrokerServices, resource_name: str, operations: Any, *,
                                validate_only: bool) -> None:
     """IncrementalAlterConfigs on one BROKER resource. Raises InvalidRequestError,
     InvalidConfigError, or ZooKeeper's unavailability."""
-    entity = entity_of(broker, resource_name)
-    current = dict(await broker.zk_call(broker.catalog.broker_config, entity))
+    entity = entity_of(services, resource_name)
+    current = dict(await services.zk.call(services.zk.catalog.broker_config, entity))
     for op in operations:
         key = DYNAMIC_BROKER_CONFIG_KEYS.get(op.name)
         if key is None:
@@ -72,18 +72,18 @@ async def alter_broker_configs(broker: Broker, resource_name: str, operations: A
                 f"Config value append/subtract is not allowed for config key {op.name}.")
     if validate_only:
         return
-    await broker.zk_call(broker.catalog.set_broker_config, entity, current)
-    broker.apply_broker_configs(entity, current)
+    await services.zk.call(services.zk.catalog.set_broker_config, entity, current)
+    services.broker_configs.apply_broker_configs(entity, current)
 
 
-def describe_dynamic(broker: Broker, keys: Any) -> list[dict[str, Any]]:
+def describe_dynamic(services: BrokerServices, keys: Any) -> list[dict[str, Any]]:
     """DescribeConfigs entries of the dynamic broker configs (all, or those in ``keys``)."""
-    own = broker.dynamic_configs.get(str(broker.config.broker_id), {})
-    cluster = broker.dynamic_configs.get(DEFAULT_ENTITY, {})
+    own = services.broker_configs.dynamic_configs.get(str(services.config.broker_id), {})
+    cluster = services.broker_configs.dynamic_configs.get(DEFAULT_ENTITY, {})
     static = {"leader.replication.throttled.rate":
-              broker.config.leader_replication_throttled_rate,
+              services.config.leader_replication_throttled_rate,
               "follower.replication.throttled.rate":
-              broker.config.follower_replication_throttled_rate}
+              services.config.follower_replication_throttled_rate}
     entries = []
     for name, key in DYNAMIC_BROKER_CONFIG_KEYS.items():
         if keys and name not in keys:

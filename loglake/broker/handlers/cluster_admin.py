@@ -44,7 +44,7 @@ from loglake.broker.codec import RequestFrame, build, response_class
 from loglake.errors import InvalidRequestError, LoglakeError, UnknownTopicError
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 DESCRIBE_CLUSTER_KEY = 60
 DESCRIBE_LOG_DIRS_KEY = 35
@@ -75,7 +75,7 @@ _KNOWN_RESOURCE_TYPES = {RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER
 # ---------------------------------------------------------------------------- DescribeCluster
 
 
-async def describe_cluster(broker: Broker, frame: RequestFrame) -> Any:
+async def describe_cluster(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(DESCRIBE_CLUSTER_KEY, frame.api_version)
     endpoint = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
@@ -91,14 +91,14 @@ async def describe_cluster(broker: Broker, frame: RequestFrame) -> Any:
             error = ErrorCode.invalid_request
         return build(cls, {"error_code": error, "error_message": message,
                            "controller_id": -1, "brokers": []})
-    brokers = broker.live_brokers
-    controller = (broker.controller_id if broker.controller_id in brokers
-                  else broker.config.broker_id)
+    brokers = services.metadata.live_brokers
+    controller = (services.metadata.controller_id if services.metadata.controller_id in brokers
+                  else services.config.broker_id)
     return build(cls, {
         "error_code": ErrorCode.none,
         "error_message": None,
         "endpoint_type": ENDPOINT_BROKERS,
-        "cluster_id": broker.cluster_id,
+        "cluster_id": services.metadata.cluster_id,
         "controller_id": controller,
         "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack,
                      "is_fenced": False} for _, b in sorted(brokers.items())],
@@ -117,14 +117,14 @@ def _disk_space(path: str) -> tuple[int, int]:
     return usage.total, usage.free
 
 
-async def describe_log_dirs(broker: Broker, frame: RequestFrame) -> Any:
+async def describe_log_dirs(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
-    log_dir = os.path.abspath(broker.config.log_dir)
+    log_dir = os.path.abspath(services.config.log_dir)
     wanted: set[tuple[str, int]] | None = None
     if request.topics is not None:
         wanted = {(t.topic, index) for t in request.topics for index in t.partitions}
     by_topic: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    for (topic, index), partition in sorted(broker.partitions.items()):
+    for (topic, index), partition in sorted(services.replicas.partitions.items()):
         if wanted is not None and (topic, index) not in wanted:
             continue
         by_topic[topic].append({
@@ -149,7 +149,7 @@ async def describe_log_dirs(broker: Broker, frame: RequestFrame) -> Any:
 # ------------------------------------------------------------------------------ AlterConfigs
 
 
-async def alter_configs(broker: Broker, frame: RequestFrame) -> Any:
+async def alter_configs(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     seen = collections.Counter((r.resource_type, r.resource_name) for r in request.resources)
     results = []
@@ -161,7 +161,7 @@ async def alter_configs(broker: Broker, frame: RequestFrame) -> Any:
             if seen[(resource.resource_type, resource.resource_name)] > 1:
                 raise InvalidRequestError("Each resource must appear at most once.")
             overrides = _overrides(resource)
-            await _replace_topic_config(broker, resource.resource_name, overrides,
+            await _replace_topic_config(services, resource.resource_name, overrides,
                                         validate_only=request.validate_only)
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
@@ -187,14 +187,14 @@ def _overrides(resource: Any) -> dict[str, str]:
     return {config.name: config.value for config in resource.configs}
 
 
-async def _replace_topic_config(broker: Broker, name: str, overrides: dict[str, str], *,
+async def _replace_topic_config(services: BrokerServices, name: str, overrides: dict[str, str], *,
                                 validate_only: bool) -> None:
     if not name:
         raise InvalidRequestError("Default topic resources are not allowed.")
-    if name not in broker.topics:
+    if name not in services.metadata.topics:
         raise UnknownTopicError(f"The topic '{name}' does not exist.")
-    config = broker.config.topic_config(overrides)  # validates the whole set: INVALID_CONFIG
+    config = services.config.topic_config(overrides)  # validates the whole set: INVALID_CONFIG
     if validate_only:
         return
-    await broker.zk_call(broker.catalog.set_topic_config, name, config.overrides)
-    broker._apply_config(name, dict(config.overrides))
+    await services.zk.call(services.zk.catalog.set_topic_config, name, config.overrides)
+    services.topic_admin.apply_topic_config(name, dict(config.overrides))

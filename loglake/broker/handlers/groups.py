@@ -17,7 +17,7 @@ from loglake.broker.groups.group import GroupState
 from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_SHARE = 2
@@ -27,15 +27,15 @@ def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
-async def find_coordinator(broker: Broker, frame: RequestFrame) -> Any:
+async def find_coordinator(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     keys = list(getattr(request, "coordinator_keys", ()) or [request.key])
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     coordinators = []
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-        node = broker.groups.coordinator_for(key) if key_type == KEY_TYPE_GROUP else -1
-        info = broker.live_brokers.get(node)
+        node = services.groups.coordinator_for(key) if key_type == KEY_TYPE_GROUP else -1
+        info = services.metadata.live_brokers.get(node)
         if key_type == KEY_TYPE_SHARE:  # Kafka without a share coordinator (KIP-932)
             entry.update(error_code=ErrorCode.invalid_request,
                          error_message="Share groups are not supported by this broker.")
@@ -57,13 +57,13 @@ async def find_coordinator(broker: Broker, frame: RequestFrame) -> Any:
     return build(cls, first)
 
 
-async def join_group(broker: Broker, frame: RequestFrame) -> Any:
+async def join_group(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     session = _ms(request.session_timeout)
     rebalance = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
     cls = response_class(11, frame.api_version)
     try:
-        result = await broker.groups.join(
+        result = await services.groups.join(
             request.group_id, member_id=request.member_id,
             instance_id=getattr(request, "group_instance_id", None),
             client_id=frame.client_id or "", client_host=frame.client_host,
@@ -85,11 +85,11 @@ async def join_group(broker: Broker, frame: RequestFrame) -> Any:
     return build(cls, result)
 
 
-async def sync_group(broker: Broker, frame: RequestFrame) -> Any:
+async def sync_group(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(14, frame.api_version)
     try:
-        result = await broker.groups.sync(
+        result = await services.groups.sync(
             request.group_id, generation=request.generation_id, member_id=request.member_id,
             instance_id=getattr(request, "group_instance_id", None),
             protocol_type=getattr(request, "protocol_type", None),
@@ -103,19 +103,19 @@ async def sync_group(broker: Broker, frame: RequestFrame) -> Any:
     return build(cls, result)
 
 
-async def heartbeat(broker: Broker, frame: RequestFrame) -> Any:
+async def heartbeat(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     error = ErrorCode.none
     try:
-        await broker.groups.heartbeat(request.group_id, generation=request.generation_id,
-                                      member_id=request.member_id,
-                                      instance_id=getattr(request, "group_instance_id", None))
+        await services.groups.heartbeat(request.group_id, generation=request.generation_id,
+                                        member_id=request.member_id,
+                                        instance_id=getattr(request, "group_instance_id", None))
     except LoglakeError as exc:
         error = exc.code
     return build(response_class(12, frame.api_version), {"error_code": error})
 
 
-async def leave_group(broker: Broker, frame: RequestFrame) -> Any:
+async def leave_group(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(13, frame.api_version)
     if hasattr(request, "members"):
@@ -123,7 +123,7 @@ async def leave_group(broker: Broker, frame: RequestFrame) -> Any:
     else:
         identities = [(request.member_id, None)]
     try:
-        errors = await broker.groups.leave(request.group_id, identities)
+        errors = await services.groups.leave(request.group_id, identities)
     except LoglakeError as exc:
         return build(cls, {"error_code": exc.code, "members": []})
     members = [{"member_id": m, "group_instance_id": i, "error_code": e}
@@ -132,7 +132,7 @@ async def leave_group(broker: Broker, frame: RequestFrame) -> Any:
     return build(cls, {"error_code": top, "members": members})
 
 
-async def offset_commit(broker: Broker, frame: RequestFrame) -> Any:
+async def offset_commit(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     offsets = {
         (topic.name, p.partition_index): (p.committed_offset,
@@ -141,7 +141,7 @@ async def offset_commit(broker: Broker, frame: RequestFrame) -> Any:
         for topic in request.topics for p in topic.partitions
     }
     try:
-        errors = await broker.groups.commit(
+        errors = await services.groups.commit(
             request.group_id, generation=request.generation_id_or_member_epoch,
             member_id=request.member_id,
             instance_id=getattr(request, "group_instance_id", None), offsets=offsets,
@@ -155,21 +155,21 @@ async def offset_commit(broker: Broker, frame: RequestFrame) -> Any:
         "topics": [{"name": t, "partitions": p} for t, p in topics.items()]})
 
 
-async def offset_fetch(broker: Broker, frame: RequestFrame) -> Any:
+async def offset_fetch(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(9, frame.api_version)
     if frame.api_version >= 8:
-        groups = [await _fetch_group(broker, g.group_id, g.topics, batched=True)
+        groups = [await _fetch_group(services, g.group_id, g.topics, batched=True)
                   for g in request.groups]
         return build(cls, {"groups": groups})
-    result = await _fetch_group(broker, request.group_id, request.topics, batched=False)
+    result = await _fetch_group(services, request.group_id, request.topics, batched=False)
     return build(cls, result)
 
 
-async def _fetch_group(broker: Broker, group_id: str, wanted: Any,
+async def _fetch_group(services: BrokerServices, group_id: str, wanted: Any,
                        *, batched: bool) -> dict[str, Any]:
     try:
-        committed = await broker.groups.committed(group_id)
+        committed = await services.groups.committed(group_id)
         error = ErrorCode.none
     except LoglakeError as exc:
         committed, error = {}, exc.code
@@ -194,11 +194,11 @@ async def _fetch_group(broker: Broker, group_id: str, wanted: Any,
     return result
 
 
-async def list_groups(broker: Broker, frame: RequestFrame) -> Any:
+async def list_groups(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     groups = []
-    for group in await broker.groups.list_groups():
+    for group in await services.groups.list_groups():
         state = group.state.value
         if states and state.lower() not in states:
             continue
@@ -207,18 +207,18 @@ async def list_groups(broker: Broker, frame: RequestFrame) -> Any:
     return build(response_class(16, frame.api_version), {"groups": groups})
 
 
-async def describe_groups(broker: Broker, frame: RequestFrame) -> Any:
+async def describe_groups(services: BrokerServices, frame: RequestFrame) -> Any:
     results = []
     for group_id in frame.body.groups:
         try:
-            group = await broker.groups.describe(group_id)
+            group = await services.groups.describe(group_id)
         except LoglakeError as exc:
             results.append({"error_code": exc.code, "group_id": group_id, "group_state": "",
                             "protocol_type": "", "protocol_data": "", "members": []})
             continue
         stable = group.state is GroupState.STABLE
         unknown = (group.zk_version < 0 and not group.members
-                   and not broker.groups.offsets.get(group_id))
+                   and not services.groups.offsets.get(group_id))
         if unknown and frame.api_version >= 6:  # KIP-1043
             results.append({"error_code": ErrorCode.group_id_not_found, "group_id": group_id,
                             "error_message": f"Group {group_id} not found.",
@@ -240,11 +240,11 @@ async def describe_groups(broker: Broker, frame: RequestFrame) -> Any:
     return build(response_class(15, frame.api_version), {"groups": results})
 
 
-async def delete_groups(broker: Broker, frame: RequestFrame) -> Any:
+async def delete_groups(services: BrokerServices, frame: RequestFrame) -> Any:
     results = []
     for group_id in frame.body.groups_names:
         try:
-            await broker.groups.delete_group(group_id)
+            await services.groups.delete_group(group_id)
             error = ErrorCode.none
         except LoglakeError as exc:
             error = exc.code
@@ -252,12 +252,12 @@ async def delete_groups(broker: Broker, frame: RequestFrame) -> Any:
     return build(response_class(42, frame.api_version), {"results": results})
 
 
-async def offset_delete(broker: Broker, frame: RequestFrame) -> Any:
+async def offset_delete(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     cls = response_class(47, frame.api_version)
     try:
-        errors = await broker.groups.delete_offsets(request.group_id, wanted)
+        errors = await services.groups.delete_offsets(request.group_id, wanted)
     except LoglakeError as exc:
         return build(cls, {"error_code": exc.code, "topics": []})
     topics: dict[str, list[dict[str, Any]]] = {}

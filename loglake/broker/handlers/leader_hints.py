@@ -24,20 +24,20 @@ from loglake.broker.codec import RequestFrame, build
 from loglake.broker.handlers import produce as produce_handler
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 FIRST_VERSION_WITH_HINTS = 10
 
 
-async def produce(broker: Broker, frame: RequestFrame) -> Any:
+async def produce(services: BrokerServices, frame: RequestFrame) -> Any:
     """Produce, with KIP-951 leader hints from v10 on."""
-    response = await produce_handler.produce(broker, frame)
+    response = await produce_handler.produce(services, frame)
     if response is None or frame.api_version < FIRST_VERSION_WITH_HINTS:
         return response
-    return with_leader_hints(broker, response)
+    return with_leader_hints(services, response)
 
 
-def with_leader_hints(broker: Broker, response: Any) -> Any:
+def with_leader_hints(services: BrokerServices, response: Any) -> Any:
     """``response`` (a Produce v10+ response) with hints on NOT_LEADER_OR_FOLLOWER partitions;
     the same object when no partition has that error."""
     if not any(p.error_code == ErrorCode.not_leader_or_follower
@@ -49,21 +49,21 @@ def with_leader_hints(broker: Broker, response: Any) -> Any:
         for partition in topic["partition_responses"]:
             if partition["error_code"] != ErrorCode.not_leader_or_follower:
                 continue
-            leader, epoch = current_leader(broker, topic["name"], partition["index"])
+            leader, epoch = current_leader(services, topic["name"], partition["index"])
             partition["current_leader"] = {"leader_id": leader, "leader_epoch": epoch}
             if leader >= 0:
                 leaders.add(leader)
-    live = broker.live_brokers
+    live = services.metadata.live_brokers
     data["node_endpoints"] = [
         {"node_id": node, "host": live[node].host, "port": live[node].port,
          "rack": live[node].rack} for node in sorted(leaders)]
     return build(type(response), data)
 
 
-def current_leader(broker: Broker, topic: str, index: int) -> tuple[int, int]:
+def current_leader(services: BrokerServices, topic: str, index: int) -> tuple[int, int]:
     """(leader id, leader epoch) of a partition as this broker's metadata cache has it;
     (-1, -1) when there is no live leader (Kafka's ``getCurrentLeader``)."""
-    state = broker.partition_states.get((topic, index))
-    if state is None or state.leader not in broker.live_brokers:
+    state = services.metadata.partition_states.get((topic, index))
+    if state is None or state.leader not in services.metadata.live_brokers:
         return -1, -1
     return state.leader, state.leader_epoch

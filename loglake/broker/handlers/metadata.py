@@ -22,10 +22,10 @@ from loglake.broker.topics import validate_topic_name
 from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 
-async def api_versions(broker: Broker, frame: RequestFrame) -> Any:
+async def api_versions(services: BrokerServices, frame: RequestFrame) -> Any:
     from loglake.broker.apis import API_TABLE
 
     return api_versions_response(frame.api_version, ErrorCode.none, API_TABLE)
@@ -39,24 +39,24 @@ def api_versions_response(version: int, error: ErrorCode, table: dict[int, Any])
     return build(response_class(18, version), {"error_code": error, "api_keys": keys})
 
 
-async def metadata(broker: Broker, frame: RequestFrame) -> Any:
+async def metadata(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     version = frame.api_version
     requested = request.topics
     if requested is None or (version == 0 and not requested):
-        names = sorted(broker.topics)
+        names = sorted(services.metadata.topics)
     else:
         names = [t.name for t in requested if t.name is not None]
     auto_create = (
-        broker.config.auto_create_topics_enable
+        services.config.auto_create_topics_enable
         and getattr(request, "allow_auto_topic_creation", True)
     )
     topics = []
     for name in names:
-        if name not in broker.topics and auto_create:
-            await _auto_create(broker, name)
-        topics.append(_topic_metadata(broker, name))
-    brokers = broker.live_brokers
+        if name not in services.metadata.topics and auto_create:
+            await _auto_create(services, name)
+        topics.append(_topic_metadata(services, name))
+    brokers = services.metadata.live_brokers
     if getattr(request, "include_topic_authorized_operations", False):
         for topic in topics:
             if topic["error_code"] == ErrorCode.none:
@@ -71,27 +71,27 @@ async def metadata(broker: Broker, frame: RequestFrame) -> Any:
                 {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
                 for b in brokers.values()
             ],
-            "cluster_id": broker.cluster_id,
+            "cluster_id": services.metadata.cluster_id,
             # any broker serves admin requests, so an unknown controller must not stall clients
-            "controller_id": broker.controller_id if broker.controller_id in brokers
-            else broker.config.broker_id,
+            "controller_id": services.metadata.controller_id
+            if services.metadata.controller_id in brokers else services.config.broker_id,
             "topics": topics,
         },
     )
 
 
-async def _auto_create(broker: Broker, name: str) -> None:
+async def _auto_create(services: BrokerServices, name: str) -> None:
     from loglake.broker.handlers.admin import create_topic
 
     try:
         validate_topic_name(name)
-        await create_topic(broker, name, -1, -1, {}, {})
+        await create_topic(services, name, -1, -1, {}, {})
     except LoglakeError:
         return
 
 
-def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
-    meta = broker.topics.get(name)
+def _topic_metadata(services: BrokerServices, name: str) -> dict[str, Any]:
+    meta = services.metadata.topics.get(name)
     if meta is None:
         try:
             validate_topic_name(name)
@@ -99,14 +99,14 @@ def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
         except LoglakeError:
             error = ErrorCode.invalid_topic_exception
         return {"error_code": error, "name": name, "partitions": []}
-    live = broker.live_brokers
+    live = services.metadata.live_brokers
     partitions = []
-    me = broker.config.broker_id
+    me = services.config.broker_id
     for index, replicas in meta.assignment.items():
-        state = broker.partition_states.get((name, index))
-        elsewhere = broker.offline_replicas.get((name, index), frozenset())
+        state = services.metadata.partition_states.get((name, index))
+        elsewhere = services.metadata.offline_replicas.get((name, index), frozenset())
         offline = [r for r in replicas if r not in live or r in elsewhere
-                   or (r == me and (name, index) in broker.offline_partitions)]
+                   or (r == me and (name, index) in services.replicas.offline_partitions)]
         leader = state.leader if state is not None and state.leader not in offline else -1
         if leader not in live:
             leader = -1
@@ -124,7 +124,7 @@ def _topic_metadata(broker: Broker, name: str) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
         "name": name,
-        "topic_id": broker.topic_ids.get(name),
+        "topic_id": services.metadata.topic_ids.get(name),
         "is_internal": False,
         "partitions": partitions,
         "topic_authorized_operations": UNSET_AUTHORIZED_OPERATIONS,

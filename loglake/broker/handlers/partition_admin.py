@@ -45,7 +45,7 @@ from loglake.errors import (
 )
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 log = logging.getLogger(__name__)
 Assignment = dict[int, tuple[int, ...]]
@@ -113,30 +113,30 @@ def plan_added_partitions(
     return result
 
 
-async def grow_topic(broker: Broker, name: str, count: int,
+async def grow_topic(services: BrokerServices, name: str, count: int,
                      manual: Sequence[Sequence[int]] | None, *,
                      validate_only: bool = False) -> Assignment:
     """Validate and (unless ``validate_only``) add partitions to ``name`` so it has ``count``;
     the new partitions' assignment back. A topic this broker's metadata does not know is not
     looked up. Raises LoglakeError subclasses."""
-    if name not in broker.topics:
+    if name not in services.metadata.topics:
         raise UnknownTopicError(f"The topic '{name}' does not exist.")
     for _ in range(GROW_ATTEMPTS):
-        found = await broker.zk_call(broker.catalog.topic_assignment, name)
+        found = await services.zk.call(services.zk.catalog.topic_assignment, name)
         if found is None:
             raise UnknownTopicError(f"The topic '{name}' does not exist.")
         existing, version = found
-        registered = await broker.zk_call(broker.catalog.brokers)
+        registered = await services.zk.call(services.zk.catalog.brokers)
         additions = plan_added_partitions(existing, count, manual,
                                           {b: info.rack for b, info in registered.items()})
         if validate_only:
             return additions
         try:
-            await broker.zk_call(broker.catalog.add_partitions, name, additions, version)
+            await services.zk.call(services.zk.catalog.add_partitions, name, additions, version)
         except StaleStateError:
             continue
         try:  # at once here; the assignment watch brings it to every broker anyway
-            broker.reconcile_after_change()
+            await services.topic_admin.reconcile_after_change()
         except Exception as exc:
             log.warning("reconciling after adding partitions to %s failed: %s", name, exc)
         return additions
@@ -144,15 +144,16 @@ async def grow_topic(broker: Broker, name: str, count: int,
                               hint="retry the request")
 
 
-async def _await_metadata(broker: Broker, added: Mapping[str, Sequence[int]],
+async def _await_metadata(services: BrokerServices, added: Mapping[str, Sequence[int]],
                           timeout_s: float) -> None:
     """Wait (bounded) until this broker's metadata lists the ``added`` partitions."""
     deadline = time.monotonic() + min(max(timeout_s, 0.0), METADATA_WAIT_S)
 
     def listed(name: str, partitions: Sequence[int]) -> bool:
-        meta = broker.topics.get(name)
+        meta = services.metadata.topics.get(name)
         return meta is not None and all(
-            p in meta.assignment and (name, p) in broker.partition_states for p in partitions)
+            p in meta.assignment and (name, p) in services.metadata.partition_states
+            for p in partitions)
 
     while time.monotonic() < deadline:
         if all(listed(name, partitions) for name, partitions in added.items()):
@@ -160,7 +161,7 @@ async def _await_metadata(broker: Broker, added: Mapping[str, Sequence[int]],
         await asyncio.sleep(0.02)
 
 
-async def create_partitions(broker: Broker, frame: RequestFrame) -> Any:
+async def create_partitions(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     timeout_s = request.timeout.total_seconds()
     counts: dict[str, int] = {}
@@ -176,7 +177,7 @@ async def create_partitions(broker: Broker, frame: RequestFrame) -> Any:
                 raise InvalidRequestError("Duplicate topic in request.")
             manual = (None if topic.assignments is None
                       else [tuple(a.broker_ids) for a in topic.assignments])
-            additions = await grow_topic(broker, topic.name, topic.count, manual,
+            additions = await grow_topic(services, topic.name, topic.count, manual,
                                          validate_only=request.validate_only)
             if not request.validate_only:
                 added[topic.name] = sorted(additions)
@@ -184,21 +185,22 @@ async def create_partitions(broker: Broker, frame: RequestFrame) -> Any:
             result.update(error_code=exc.code, error_message=exc.message)
         results.append(result)
     if added:
-        await _await_metadata(broker, added, timeout_s)
+        await _await_metadata(services, added, timeout_s)
     return build(response_class(37, frame.api_version), {"results": results})
 
 
 # ---------------------------------------------------------------------------- DeleteRecords
 
 
-async def delete_records(broker: Broker, frame: RequestFrame) -> Any:
+async def delete_records(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     wanted: dict[tuple[str, int], int] = {}
     for topic in request.topics:
         for partition in topic.partitions:
             wanted[(topic.name, partition.partition_index)] = partition.offset
-    results = await record_deletion.delete_records(broker, wanted,
-                                                   request.timeout.total_seconds())
+    results = await record_deletion.delete_records(
+        wanted, request.timeout.total_seconds(), replicas=services.replicas,
+        tier=services.tierer, metadata=services.metadata)
     topics = []
     for topic in request.topics:
         partitions = []
@@ -217,7 +219,7 @@ async def delete_records(broker: Broker, frame: RequestFrame) -> Any:
 # ---------------------------------------------------------------------------- ElectLeaders
 
 
-async def elect_leaders(broker: Broker, frame: RequestFrame) -> Any:
+async def elect_leaders(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     election_type = getattr(request, "election_type", election.PREFERRED)
     wanted = (None if request.topic_partitions is None
@@ -228,11 +230,11 @@ async def elect_leaders(broker: Broker, frame: RequestFrame) -> Any:
         return build(cls, {"error_code": error.code, "replica_election_results":
                            _election_results(dict.fromkeys(wanted or (), error))})
     try:
-        results = await broker.controller.elect_leaders(wanted, election_type)
+        results = await services.controller.elect_leaders(wanted, election_type)
     except LoglakeError as exc:  # ZooKeeper unavailable: every partition says so
         return build(cls, {"error_code": exc.code, "replica_election_results":
                            _election_results(dict.fromkeys(wanted or (), exc))})
-    results = await broker.controller.await_elected(results, request.timeout.total_seconds())
+    results = await services.controller.await_elected(results, request.timeout.total_seconds())
     if wanted is None:
         results = {key: outcome for key, outcome in results.items()
                    if not isinstance(outcome, ElectionNotNeededError)}

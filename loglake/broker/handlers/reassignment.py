@@ -32,13 +32,13 @@ from loglake.catalog.zookeeper import TopicReplicaAssignments
 from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
-    from loglake.broker.broker import Broker
+    from loglake.broker.services import BrokerServices
 
 ALTER_KEY = 45
 LIST_KEY = 46
 
 
-async def alter_partition_reassignments(broker: Broker, frame: RequestFrame) -> Any:
+async def alter_partition_reassignments(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(ALTER_KEY, frame.api_version)
     wanted: dict[tuple[str, int], tuple[int, ...] | None] = {}
@@ -48,7 +48,7 @@ async def alter_partition_reassignments(broker: Broker, frame: RequestFrame) -> 
                 None if partition.replicas is None else tuple(int(r) for r in partition.replicas))
     try:
         results: dict[tuple[str, int], LoglakeError | None] = (
-            await broker.controller.alter_reassignments(wanted))
+            await services.controller.alter_reassignments(wanted))
         top: LoglakeError | None = None
     except LoglakeError as exc:  # ZooKeeper unavailable: every partition says so
         results = dict.fromkeys(wanted, exc)
@@ -72,21 +72,21 @@ async def alter_partition_reassignments(broker: Broker, frame: RequestFrame) -> 
     })
 
 
-async def list_partition_reassignments(broker: Broker, frame: RequestFrame) -> Any:
+async def list_partition_reassignments(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(LIST_KEY, frame.api_version)
     found: dict[str, TopicReplicaAssignments] = {}
     wanted: dict[str, set[int]] | None = None
     try:
         if request.topics is None:
-            found = await broker.zk_call(broker.catalog.ongoing_reassignments)
+            found = await services.zk.call(services.zk.catalog.ongoing_reassignments)
         else:
             wanted = {}
             for topic in request.topics:
                 wanted.setdefault(topic.name, set()).update(topic.partition_indexes)
                 if topic.name not in found:
-                    assignments = await broker.zk_call(broker.catalog.replica_assignments,
-                                                       topic.name)
+                    assignments = await services.zk.call(services.zk.catalog.replica_assignments,
+                                                         topic.name)
                     if assignments is not None:
                         found[topic.name] = assignments
     except LoglakeError as exc:
