@@ -7,7 +7,10 @@ documentation; unknown names and out-of-range values raise :class:`InvalidConfig
 broker answers with INVALID_CONFIG and the message.
 
 Broker settings come from a Kafka-style ``server.properties`` file (``key=value`` lines, ``#``
-comments) and/or command-line flags; :class:`BrokerConfig` is their frozen, validated form.
+comments) and/or command-line flags; :class:`BrokerConfig` is their frozen, validated form. Each
+setting is declared once, as a field of BrokerConfig with its property name, documentation,
+parser and default (:class:`Setting`); parsing (:meth:`BrokerConfig.from_properties`), the
+defaults and the documentation (:func:`broker_settings_doc`) are derived from it.
 """
 
 from __future__ import annotations
@@ -195,34 +198,41 @@ default, which wins over ``server.properties``."""
 
 @dataclass(frozen=True)
 class TopicConfig:
-    """Defaults plus a topic's overrides, validated. Attribute names are Kafka names with ``_``."""
+    """Defaults plus a topic's overrides, validated. Attribute names are Kafka names with ``_``;
+    each default is the one declared in TOPIC_CONFIG_KEYS."""
 
-    retention_ms: int = 604800000
-    retention_bytes: int = -1
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    segment_index_bytes: int = 10485760
-    index_interval_bytes: int = 4096
-    cleanup_policy: tuple[str, ...] = ("delete",)
-    max_message_bytes: int = 1048588
-    min_insync_replicas: int = 1
-    message_timestamp_type: str = "CreateTime"
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    delete_retention_ms: int = 86400000
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = LONG_MAX
-    min_cleanable_dirty_ratio: float = 0.5
-    unclean_leader_election_enable: bool = False
-    remote_storage_enable: bool = True
-    local_retention_ms: int = -2
-    local_retention_bytes: int = -2
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
-    message_timestamp_difference_max_ms: int = LONG_MAX
-    file_delete_delay_ms: int = 60000
-    leader_replication_throttled_replicas: tuple[str, ...] = ()
-    follower_replication_throttled_replicas: tuple[str, ...] = ()
+    retention_ms: int = TOPIC_CONFIG_KEYS["retention.ms"].default
+    retention_bytes: int = TOPIC_CONFIG_KEYS["retention.bytes"].default
+    segment_bytes: int = TOPIC_CONFIG_KEYS["segment.bytes"].default
+    segment_ms: int = TOPIC_CONFIG_KEYS["segment.ms"].default
+    segment_index_bytes: int = TOPIC_CONFIG_KEYS["segment.index.bytes"].default
+    index_interval_bytes: int = TOPIC_CONFIG_KEYS["index.interval.bytes"].default
+    cleanup_policy: tuple[str, ...] = TOPIC_CONFIG_KEYS["cleanup.policy"].default
+    max_message_bytes: int = TOPIC_CONFIG_KEYS["max.message.bytes"].default
+    min_insync_replicas: int = TOPIC_CONFIG_KEYS["min.insync.replicas"].default
+    message_timestamp_type: str = TOPIC_CONFIG_KEYS["message.timestamp.type"].default
+    flush_messages: int = TOPIC_CONFIG_KEYS["flush.messages"].default
+    flush_ms: int = TOPIC_CONFIG_KEYS["flush.ms"].default
+    delete_retention_ms: int = TOPIC_CONFIG_KEYS["delete.retention.ms"].default
+    min_compaction_lag_ms: int = TOPIC_CONFIG_KEYS["min.compaction.lag.ms"].default
+    max_compaction_lag_ms: int = TOPIC_CONFIG_KEYS["max.compaction.lag.ms"].default
+    min_cleanable_dirty_ratio: float = TOPIC_CONFIG_KEYS["min.cleanable.dirty.ratio"].default
+    unclean_leader_election_enable: bool = (
+        TOPIC_CONFIG_KEYS["unclean.leader.election.enable"].default)
+    remote_storage_enable: bool = TOPIC_CONFIG_KEYS["remote.storage.enable"].default
+    local_retention_ms: int = TOPIC_CONFIG_KEYS["local.retention.ms"].default
+    local_retention_bytes: int = TOPIC_CONFIG_KEYS["local.retention.bytes"].default
+    message_timestamp_before_max_ms: int = (
+        TOPIC_CONFIG_KEYS["message.timestamp.before.max.ms"].default)
+    message_timestamp_after_max_ms: int = (
+        TOPIC_CONFIG_KEYS["message.timestamp.after.max.ms"].default)
+    message_timestamp_difference_max_ms: int = (
+        TOPIC_CONFIG_KEYS["message.timestamp.difference.max.ms"].default)
+    file_delete_delay_ms: int = TOPIC_CONFIG_KEYS["file.delete.delay.ms"].default
+    leader_replication_throttled_replicas: tuple[str, ...] = (
+        TOPIC_CONFIG_KEYS["leader.replication.throttled.replicas"].default)
+    follower_replication_throttled_replicas: tuple[str, ...] = (
+        TOPIC_CONFIG_KEYS["follower.replication.throttled.replicas"].default)
     overrides: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
@@ -285,73 +295,167 @@ def read_properties(path: Path) -> dict[str, str]:
     return result
 
 
+DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+STORAGE_OPTION_PREFIX = "remote.log.storage.option."
+
+TOPIC_DEFAULT_PROPERTIES: dict[str, str] = {
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "message.max.bytes": "max.message.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "log.local.retention.ms": "local.retention.ms",
+    "log.local.retention.bytes": "local.retention.bytes",
+}
+"""Broker properties that give the cluster-wide default of a topic config (Kafka's names)."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """How one :class:`BrokerConfig` field is read from ``server.properties``: the property
+    names (the first present wins), its documentation, how a value is parsed (raises
+    ValueError or InvalidConfigError), and the raw value assumed when the property is absent
+    (None: the field's default; for a field without one, the property is required)."""
+
+    names: tuple[str, ...]
+    doc: str
+    parse: Callable[[str], Any]
+    absent: str | None = None
+
+
+def _setting(names: str | tuple[str, ...], doc: str, parse: Callable[[str], Any],
+             default: Any = dataclasses.MISSING, *, absent: str | None = None) -> Any:
+    """A BrokerConfig field declared once: property name(s), doc, parser and default."""
+    meta = {"setting": Setting(names if isinstance(names, tuple) else (names,), doc, parse,
+                               absent)}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _boolean(text: str) -> bool:
+    return text.lower() == "true"  # (Kafka's parsing: anything else is false)
+
+
+def _optional(text: str) -> str | None:
+    return text or None
+
+
+def _listener(text: str) -> tuple[str, str]:
+    scheme, _, address = text.partition("://")
+    if scheme != "PLAINTEXT" or ":" not in address:
+        raise InvalidConfigError(f"listeners must look like PLAINTEXT://host:port, got {text!r}")
+    host, _, port = address.rpartition(":")
+    return host or "127.0.0.1", port
+
+
+def _listener_host(text: str) -> str:
+    return _listener(text)[0]
+
+
+def _listener_port(text: str) -> int:
+    return int(_listener(text)[1])
+
+
+def _dynamic(name: str) -> Callable[[str], Any]:
+    return DYNAMIC_BROKER_CONFIG_KEYS[name].parse
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
-    """Settings of one broker process (Kafka's ``server.properties`` names in brackets).
+    """Settings of one broker process, each declared once below: Kafka's ``server.properties``
+    name, documentation, parser and default (:func:`_setting`). :meth:`from_properties` and
+    :func:`broker_settings_doc` are derived from these declarations.
 
-    ``log_dirs`` holds one directory per partition (``<topic>-<partition>``) as Kafka does.
+    ``log_dir`` holds one directory per partition (``<topic>-<partition>``) as Kafka does.
+    Besides the declared settings, ``remote.log.storage.option.<name>=<value>`` lines become
+    ``remote_log_storage_options`` and the ``log.*`` properties of TOPIC_DEFAULT_PROPERTIES
+    become ``topic_defaults`` (cluster-wide topic config defaults).
     """
 
-    broker_id: int  # broker.id
-    host: str  # from listeners=PLAINTEXT://host:port
-    port: int
-    log_dir: Path  # log.dirs (one directory)
-    zookeeper_connect: str  # zookeeper.connect (host:port[,host:port][/chroot])
-    rack: str | None = None  # broker.rack
-    auto_create_topics_enable: bool = False  # auto.create.topics.enable
-    num_partitions: int = 1  # num.partitions
-    default_replication_factor: int = 1  # default.replication.factor
-    socket_request_max_bytes: int = 104857600  # socket.request.max.bytes
-    # request bytes all connections together may hold (frames being received or handled);
-    # Kafka's default -1 is unbounded (-1 accepted); ours is 2 x socket.request.max.bytes: one
-    # largest request plus ordinary traffic fits, and memory no longer grows with connections
-    queued_max_request_bytes: int = 209715200  # queued.max.request.bytes
-    # queued.max.request.bytes.per.connection: bytes one connection may read ahead of the
-    # request being handled (its pipelined requests); 1 MiB, Kafka's default max.request.size,
-    # so one default-size pipelined produce request waits in memory, the rest in the socket
-    queued_max_request_bytes_per_connection: int = 1048576
-    zookeeper_session_timeout_ms: int = 18000  # zookeeper.session.timeout.ms
-    log_flush_scheduler_interval_ms: int = 1000  # log.flush.scheduler.interval.ms
-    replica_lag_time_max_ms: int = 30000  # replica.lag.time.max.ms
-    auto_leader_rebalance_enable: bool = True  # auto.leader.rebalance.enable
-    leader_imbalance_check_interval_seconds: int = 300  # leader.imbalance.check.interval.seconds
-    group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    offsets_retention_minutes: int = 10080  # offsets.retention.minutes
-    offsets_retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
-    # where sealed segments are tiered: an fsspec-style URL (None: no tiering on this broker)
-    remote_log_storage_url: str | None = None  # remote.log.storage.url
-    # object-store options (delta-rs names), from remote.log.storage.option.<name>=<value>
+    broker_id: int = _setting("broker.id", "This broker's id (required).", int)
+    host: str = _setting("listeners", "Address to listen on: PLAINTEXT://host:port.",
+                         _listener_host, absent=DEFAULT_LISTENER)
+    port: int = _setting("listeners", "The port of listeners.", _listener_port,
+                         absent=DEFAULT_LISTENER)
+    log_dir: Path = _setting(  # noqa: RUF009 (a dataclasses.field, not a default value)
+        ("log.dirs", "log.dir"), "The directory of partition directories (one directory).",
+        Path, absent="/tmp/loglake-logs")
+    zookeeper_connect: str = _setting(
+        "zookeeper.connect", "ZooKeeper: host:port[,host:port][/chroot] (required).", str)
+    rack: str | None = _setting("broker.rack", "This broker's rack (none: empty).", _optional,
+                                None)
+    auto_create_topics_enable: bool = _setting(
+        "auto.create.topics.enable", "Create a topic a client asks metadata for.", _boolean,
+        False)
+    num_partitions: int = _setting("num.partitions", "Partitions of auto-created topics.", int, 1)
+    default_replication_factor: int = _setting(
+        "default.replication.factor", "Replication factor of auto-created topics.", int, 1)
+    socket_request_max_bytes: int = _setting(
+        "socket.request.max.bytes", "Largest request frame accepted.", int, 104857600)
+    queued_max_request_bytes: int = _setting(
+        "queued.max.request.bytes",
+        "Request bytes all connections together may hold (frames being received or handled). "
+        "Kafka's default -1 is unbounded (-1 accepted); ours is 2 x socket.request.max.bytes: "
+        "one largest request plus ordinary traffic fits, and memory no longer grows with "
+        "connections.", int, 209715200)
+    queued_max_request_bytes_per_connection: int = _setting(
+        "queued.max.request.bytes.per.connection",
+        "Bytes one connection may read ahead of the request being handled (its pipelined "
+        "requests); 1 MiB, Kafka's default max.request.size, so one default-size pipelined "
+        "produce request waits in memory, the rest in the socket.", int, 1048576)
+    zookeeper_session_timeout_ms: int = _setting(
+        "zookeeper.session.timeout.ms", "ZooKeeper session timeout.", int, 18000)
+    log_flush_scheduler_interval_ms: int = _setting(
+        "log.flush.scheduler.interval.ms", "How often logs are checked for a due flush.", int,
+        1000)
+    replica_lag_time_max_ms: int = _setting(
+        "replica.lag.time.max.ms", "A follower not caught up for this long leaves the ISR.",
+        int, 30000)
+    auto_leader_rebalance_enable: bool = _setting(
+        "auto.leader.rebalance.enable", "The controller moves leadership back to preferred "
+        "replicas.", _boolean, True)
+    leader_imbalance_check_interval_seconds: int = _setting(
+        "leader.imbalance.check.interval.seconds", "How often the controller checks leader "
+        "balance.", int, 300)
+    group_initial_rebalance_delay_ms: int = _setting(
+        "group.initial.rebalance.delay.ms", "Wait for more members before a new group's first "
+        "rebalance.", int, 3000)
+    offsets_retention_minutes: int = _setting(
+        "offsets.retention.minutes", "Committed offsets of empty groups are kept this long.", int,
+        10080)
+    offsets_retention_check_interval_ms: int = _setting(
+        "offsets.retention.check.interval.ms", "How often expired offsets are removed.", int,
+        600000)
+    remote_log_storage_url: str | None = _setting(
+        "remote.log.storage.url", "Where sealed segments are tiered: an fsspec-style URL (none: "
+        "no tiering on this broker).", _optional, None)
     remote_log_storage_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # how often the tierer looks for sealed segments besides being woken by a roll
-    # (Kafka's default is 30 s; checking is cheap here and it bounds seal-to-commit latency)
-    remote_log_manager_task_interval_ms: int = 500  # remote.log.manager.task.interval.ms
-    log_retention_check_interval_ms: int = 300000  # log.retention.check.interval.ms
-    # replication throttles (dynamic: DYNAMIC_BROKER_CONFIG_KEYS; these are the static values)
-    leader_replication_throttled_rate: int = LONG_MAX  # leader.replication.throttled.rate
-    follower_replication_throttled_rate: int = LONG_MAX  # follower.replication.throttled.rate
-    topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)  # log.* overrides
-
-    # broker property -> topic config it provides the default for
-    _TOPIC_DEFAULT_PROPERTIES = {
-        "log.retention.ms": "retention.ms",
-        "log.retention.bytes": "retention.bytes",
-        "log.segment.bytes": "segment.bytes",
-        "log.roll.ms": "segment.ms",
-        "log.cleanup.policy": "cleanup.policy",
-        "message.max.bytes": "max.message.bytes",
-        "min.insync.replicas": "min.insync.replicas",
-        "log.message.timestamp.type": "message.timestamp.type",
-        "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
-        "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
-        "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",
-        "log.flush.interval.messages": "flush.messages",
-        "log.flush.interval.ms": "flush.ms",
-        "log.index.interval.bytes": "index.interval.bytes",
-        "unclean.leader.election.enable": "unclean.leader.election.enable",
-        "log.local.retention.ms": "local.retention.ms",
-        "log.local.retention.bytes": "local.retention.bytes",
-    }
-    STORAGE_OPTION_PREFIX = "remote.log.storage.option."
+    remote_log_manager_task_interval_ms: int = _setting(
+        "remote.log.manager.task.interval.ms", "How often the tierer looks for sealed segments "
+        "besides being woken by a roll (Kafka's default is 30 s; checking is cheap here and it "
+        "bounds seal-to-commit latency).", int, 500)
+    log_retention_check_interval_ms: int = _setting(
+        "log.retention.check.interval.ms", "How often local retention runs.", int, 300000)
+    leader_replication_throttled_rate: int = _setting(
+        "leader.replication.throttled.rate",
+        DYNAMIC_BROKER_CONFIG_KEYS["leader.replication.throttled.rate"].doc
+        + " (Static value; dynamic per broker or cluster.)",
+        _dynamic("leader.replication.throttled.rate"), LONG_MAX)
+    follower_replication_throttled_rate: int = _setting(
+        "follower.replication.throttled.rate",
+        DYNAMIC_BROKER_CONFIG_KEYS["follower.replication.throttled.rate"].doc
+        + " (Static value; dynamic per broker or cluster.)",
+        _dynamic("follower.replication.throttled.rate"), LONG_MAX)
+    topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.queued_max_request_bytes != -1 and (
@@ -367,90 +471,31 @@ class BrokerConfig:
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
         """Build from ``server.properties`` keys; unknown keys are rejected with their name."""
-        known = {
-            "broker.id", "listeners", "log.dirs", "log.dir", "zookeeper.connect", "broker.rack",
-            "auto.create.topics.enable", "num.partitions", "default.replication.factor",
-            "socket.request.max.bytes", "zookeeper.session.timeout.ms",
-            "queued.max.request.bytes", "queued.max.request.bytes.per.connection",
-            "log.flush.scheduler.interval.ms", "replica.lag.time.max.ms",
-            "auto.leader.rebalance.enable", "leader.imbalance.check.interval.seconds",
-            "group.initial.rebalance.delay.ms", "offsets.retention.minutes",
-            "offsets.retention.check.interval.ms", "remote.log.storage.url",
-            "remote.log.manager.task.interval.ms", "log.retention.check.interval.ms",
-            *DYNAMIC_BROKER_CONFIG_KEYS, *cls._TOPIC_DEFAULT_PROPERTIES,
-        }
-        prefix = cls.STORAGE_OPTION_PREFIX
-        storage_options = {k[len(prefix):]: v for k, v in props.items() if k.startswith(prefix)}
-        unknown = sorted(k for k in set(props) - known if not k.startswith(prefix))
+        settings = broker_settings()
+        known = {name for setting in settings.values() for name in setting.names}
+        known |= set(TOPIC_DEFAULT_PROPERTIES)
+        storage_options = {k[len(STORAGE_OPTION_PREFIX):]: v for k, v in props.items()
+                           if k.startswith(STORAGE_OPTION_PREFIX)}
+        unknown = sorted(k for k in set(props) - known if not k.startswith(STORAGE_OPTION_PREFIX))
         if unknown:
             raise InvalidConfigError(f"Unknown broker setting(s): {', '.join(unknown)}")
-        for required in ("broker.id", "zookeeper.connect"):
-            if required not in props:
-                raise InvalidConfigError(f"Missing required broker setting {required}")
-        listener = props.get("listeners", "PLAINTEXT://127.0.0.1:9092")
-        scheme, _, address = listener.partition("://")
-        if scheme != "PLAINTEXT" or ":" not in address:
-            raise InvalidConfigError(
-                f"listeners must look like PLAINTEXT://host:port, got {listener!r}"
-            )
-        host, _, port = address.rpartition(":")
-        topic_defaults = {
-            topic_key: props[prop]
-            for prop, topic_key in cls._TOPIC_DEFAULT_PROPERTIES.items()
-            if prop in props
-        }
+        for attribute, setting in settings.items():
+            required = (setting.absent is None
+                        and cls.__dataclass_fields__[attribute].default is dataclasses.MISSING)
+            if required and not any(name in props for name in setting.names):
+                raise InvalidConfigError(f"Missing required broker setting {setting.names[0]}")
+        topic_defaults = {topic_key: props[prop]
+                          for prop, topic_key in TOPIC_DEFAULT_PROPERTIES.items() if prop in props}
         TopicConfig.from_overrides(topic_defaults)  # validate early
-        rates = {name: key.parse(props[name]) if name in props else key.default
-                 for name, key in DYNAMIC_BROKER_CONFIG_KEYS.items()}
+        values: dict[str, Any] = {}
         try:
-            return cls(
-                broker_id=int(props["broker.id"]),
-                host=host or "127.0.0.1",
-                port=int(port),
-                log_dir=Path(props.get("log.dirs", props.get("log.dir", "/tmp/loglake-logs"))),
-                zookeeper_connect=props["zookeeper.connect"],
-                rack=props.get("broker.rack") or None,
-                auto_create_topics_enable=props.get("auto.create.topics.enable", "false").lower()
-                == "true",
-                num_partitions=int(props.get("num.partitions", "1")),
-                default_replication_factor=int(props.get("default.replication.factor", "1")),
-                socket_request_max_bytes=int(props.get("socket.request.max.bytes", "104857600")),
-                queued_max_request_bytes=int(props.get("queued.max.request.bytes", "209715200")),
-                queued_max_request_bytes_per_connection=int(
-                    props.get("queued.max.request.bytes.per.connection", "1048576")
-                ),
-                zookeeper_session_timeout_ms=int(
-                    props.get("zookeeper.session.timeout.ms", "18000")
-                ),
-                log_flush_scheduler_interval_ms=int(
-                    props.get("log.flush.scheduler.interval.ms", "1000")
-                ),
-                replica_lag_time_max_ms=int(props.get("replica.lag.time.max.ms", "30000")),
-                auto_leader_rebalance_enable=props.get(
-                    "auto.leader.rebalance.enable", "true").lower() == "true",
-                leader_imbalance_check_interval_seconds=int(
-                    props.get("leader.imbalance.check.interval.seconds", "300")
-                ),
-                group_initial_rebalance_delay_ms=int(
-                    props.get("group.initial.rebalance.delay.ms", "3000")
-                ),
-                offsets_retention_minutes=int(props.get("offsets.retention.minutes", "10080")),
-                offsets_retention_check_interval_ms=int(
-                    props.get("offsets.retention.check.interval.ms", "600000")
-                ),
-                remote_log_storage_url=props.get("remote.log.storage.url") or None,
-                remote_log_storage_options=storage_options,
-                remote_log_manager_task_interval_ms=int(
-                    props.get("remote.log.manager.task.interval.ms", "500")
-                ),
-                log_retention_check_interval_ms=int(
-                    props.get("log.retention.check.interval.ms", "300000")
-                ),
-                leader_replication_throttled_rate=rates["leader.replication.throttled.rate"],
-                follower_replication_throttled_rate=rates[
-                    "follower.replication.throttled.rate"],
-                topic_defaults=topic_defaults,
-            )
+            for attribute, setting in settings.items():
+                raw = next((props[name] for name in setting.names if name in props),
+                           setting.absent)
+                if raw is not None:
+                    values[attribute] = setting.parse(raw)
+            return cls(**values, remote_log_storage_options=storage_options,
+                       topic_defaults=topic_defaults)
         except ValueError as exc:
             raise InvalidConfigError(f"Invalid broker setting: {exc}") from None
 
@@ -460,3 +505,30 @@ class BrokerConfig:
         merged.update(overrides or {})
         config = TopicConfig.from_overrides(merged)
         return dataclasses.replace(config, overrides=dict(overrides or {}))
+
+
+def broker_settings() -> dict[str, Setting]:
+    """Every declared broker setting: BrokerConfig attribute -> how it is read."""
+    return {f.name: f.metadata["setting"] for f in dataclasses.fields(BrokerConfig)
+            if "setting" in f.metadata}
+
+
+def broker_settings_doc() -> str:
+    """One line per ``server.properties`` setting: name, default, documentation."""
+    lines: list[str] = []
+    fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+    seen: set[tuple[str, ...]] = set()
+    for attribute, setting in broker_settings().items():
+        if setting.names in seen:  # (host and port both come from listeners)
+            continue
+        seen.add(setting.names)
+        default = fields[attribute].default
+        if setting.absent is not None:
+            shown = setting.absent
+        elif default is dataclasses.MISSING:
+            shown = "(required)"
+        else:
+            shown = "" if default is None else str(default).lower() if isinstance(
+                default, bool) else str(default)
+        lines.append(f"{' | '.join(setting.names)} = {shown}  # {setting.doc}")
+    return "\n".join(lines)
