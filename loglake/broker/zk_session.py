@@ -11,16 +11,19 @@ expired when it wakes. :meth:`ZkSession.healthy` is the check.
 
 * The event loop: everything that changes broker state. Kazoo's watch and session callbacks
   never touch that state themselves: they hop onto the loop with :meth:`ZkSession.run_soon`.
-* ``zk`` executor (``ZK_WORKERS`` threads, named ``zk-N``): every blocking catalog call made
+* ``zk`` executor (``ZK_WORKERS`` threads, named ``zk_N``): every blocking catalog call made
   through :meth:`ZkSession.call` and :meth:`ZkSession.step` (reads, version-checked writes,
   watch registrations, whose first read is blocking, and waits for ZooKeeper to come back).
   It is this module's own pool, not asyncio's default one, so object-store or file-system
   work in worker threads elsewhere (the tierer, directory deletion) never queues ZooKeeper
   calls behind it, and the other way round.
-* ``zk-lease`` executor (one thread): only the lease renewal read. A ZooKeeper call stuck in
-  the ``zk`` pool (a ``step`` waiting out an outage, a slow transaction) can therefore never
-  delay renewal, and the renewal read never waits for a free worker.
+* ``zk-lease`` executor (one thread, ``zk-lease_0``): only the lease renewal read. A
+  ZooKeeper call stuck in the ``zk`` pool (a ``step`` waiting out an outage, a slow
+  transaction) can therefore never delay renewal, and the renewal read never waits for a free
+  worker.
 * kazoo's own threads: connection handling, watch and session callbacks (which must not block).
+* not ZooKeeper's: asyncio's default executor runs the tierer's object-store and Parquet work
+  and directory removal (log_manager.py); neither shares a thread with the two above.
 
 :meth:`ZkSession.close` stops the catalog (operations waiting for ZooKeeper end with
 CatalogClosedError) and shuts both executors down; a call made afterwards raises

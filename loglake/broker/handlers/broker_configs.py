@@ -14,7 +14,8 @@ DescribeConfigs on BROKER resources, as Kafka's ZooKeeper-mode brokers handle th
   DYNAMIC_BROKER_CONFIG (2), DYNAMIC_DEFAULT_BROKER_CONFIG (3), STATIC_BROKER_CONFIG (4) or
   DEFAULT_CONFIG (5); they are not read-only.
 
-Runs on the event loop; ZooKeeper calls go through worker threads.
+Runs on the event loop; ZooKeeper calls go through the session's
+executor (``services.zk.call``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@
   ``topic_partitions`` null every partition is considered and, as Kafka does, only partitions
   where something happened (elected, or an error other than ELECTION_NOT_NEEDED) are listed.
 
-Handlers run on the broker's event loop; ZooKeeper calls go through worker threads.
+Handlers run on the broker's event loop; ZooKeeper calls go through the session's
+executor (``services.zk.call``).
 """
 
 from __future__ import annotations
