@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -172,16 +171,6 @@ class Progress:
     def line(self, text: str) -> None:
         self.lines.append(text)
         print(self.prefix + text, file=self.out or sys.stdout, flush=True)
-
-
-@contextmanager
-def open_cluster(zookeeper: str, storage_options: Mapping[str, str] | None = None
-                 ) -> Iterator[Cluster]:
-    cluster = Cluster(zookeeper, storage_options=storage_options)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 def offsets_text(files: Sequence[TierFile]) -> str:

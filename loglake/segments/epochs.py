@@ -67,9 +67,6 @@ class LeaderEpochCache:
         """The newest epoch, None when empty."""
         return self._entries[-1][0] if self._entries else None
 
-    def earliest_entry(self) -> tuple[int, int] | None:
-        return self._entries[0] if self._entries else None
-
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; returns True if the cache changed.
 

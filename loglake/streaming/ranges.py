@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -333,7 +333,3 @@ def _after_data_loss(consumer: Any, piece: OffsetRange, position: int,
             hint="deleted by retention while the query ran; set failOnDataLoss=false to skip",
         )
     return int(low)
-
-
-def total_size(ranges: Sequence[OffsetRange]) -> int:
-    return sum(r.size for r in ranges)
