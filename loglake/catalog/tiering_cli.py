@@ -8,7 +8,7 @@ Reads what partition leaders publish in ZooKeeper (``/loglake/tiering/<topic>/<p
 catalog/zookeeper.py): the table's first offset and tiered end, the local log start, the high
 watermark, and the lag: sealed offsets not yet in the Delta table and the age in seconds of the
 oldest such segment; ``Quarantined``: batches the tierer could not decode and kept as
-quarantined rows (broker/tiering.py; their offsets are a gap to consumers); while tiering
+quarantined rows (broker/tier_writer.py; their offsets are a gap to consumers); while tiering
 fails, ``Failures`` (in a row) and ``LastError``. One line per partition, like
 ``kafka-topics --describe``.
 """
