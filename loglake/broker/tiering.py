@@ -34,9 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Mapping
 
 from loglake.broker.failure_log import FailureLog
 from loglake.broker.local_retention import LocalRetention
@@ -51,34 +49,12 @@ from loglake.broker.tier_state import (
     TierZooKeeper,
 )
 from loglake.broker.tier_writer import TierWriter
-from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.config import BrokerConfig, TopicConfig
 from loglake.segments.storage import Storage
 
-__all__ = ["READER_REFRESH_S", "TierZooKeeper", "Tierer", "ZooKeeperCallables"]
+__all__ = ["READER_REFRESH_S", "TierZooKeeper", "Tierer"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ZooKeeperCallables:
-    """A :class:`TierZooKeeper` made of a catalog and three callables, for an owner that has
-    them as separate methods rather than one session object."""
-
-    catalog: ClusterCatalog
-    zk_call: Callable[..., Awaitable[Any]]
-    zk_healthy: Callable[[], bool]
-    zk_run_soon: Callable[[Callable[[], Any]], None]
-
-    async def call(self, func: Callable[..., T], *args: Any) -> T:
-        return cast(T, await self.zk_call(func, *args))
-
-    def healthy(self) -> bool:
-        return self.zk_healthy()
-
-    def run_soon(self, callback: Callable[[], Any]) -> None:
-        self.zk_run_soon(callback)
 
 
 class Tierer:
