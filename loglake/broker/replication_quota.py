@@ -19,12 +19,12 @@ What is throttled, as in Kafka:
   ``shouldFollowerThrottle``): an in-sync follower's fetches, which acks=all waits for, are
   never held back.
 
-The leader enforces its rate in the fetch handler (handlers/fetch.py): a throttled partition
-gets at most :meth:`ReplicationQuotas.leader_allowance` bytes, none while the bucket is in
-debt (the follower's long poll then simply waits). The follower enforces its rate in the
-replica fetcher (broker/replica_fetcher.py): a throttled partition is left out of the fetch
-while the bucket is in debt and asks for at most the allowance otherwise. Both record the bytes
-actually sent or received.
+The leader enforces its rate in the replica manager's fetch (replica_manager.py): a throttled
+partition gets at most what the leader bucket holds (:meth:`TokenBucket.available`), none while
+the bucket is in debt (the follower's long poll then simply waits). The follower enforces its
+rate in the replica fetcher (broker/replica_fetcher.py): a throttled partition is left out of
+the fetch while the bucket is in debt and asks for at most what it holds otherwise. Both record
+the bytes actually sent or received.
 
 Token bucket: it holds at most ``BURST_S`` seconds of the rate and starts full; a whole record
 batch may overdraw it (a batch is never split), and the debt is repaid before more throttled
