@@ -80,12 +80,12 @@ from typing import Any, TypeVar
 
 from loglake.broker import election
 from loglake.broker.controller import Controller
+from loglake.broker.fetcher_manager import ReplicaFetcherManager
 from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.log_manager import LogManager
 from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
 from loglake.broker.producer_ids import ProducerIds
-from loglake.broker.replica_fetcher import ReplicaFetcher
 from loglake.broker.replica_manager import ReplicaManager
 from loglake.broker.replication_quota import DEFAULT_ENTITY, ReplicationQuotas, effective_rates
 from loglake.broker.services import BrokerServices
@@ -138,8 +138,9 @@ class Broker:
         self.zk = ZkSession(catalog, broker_id=config.broker_id, stopped=self._is_stopping)
         self.metadata = MetadataCache()
         self.logs = LogManager(config.log_dir)
-        self.fetchers: dict[int, ReplicaFetcher] = {}
         self.replication_quotas = ReplicationQuotas(config.broker_id)
+        self.fetchers = ReplicaFetcherManager(broker_id=config.broker_id, metadata=self.metadata,
+                                              quotas=self.replication_quotas)
         self.dynamic_configs: dict[str, dict[str, str]] = {}  # entity -> /config/brokers/..
         self.apply_broker_configs()
         self.controller = Controller(self.zk, self.metadata, config)
@@ -235,9 +236,7 @@ class Broker:
             await asyncio.wait_for(self._controlled_shutdown(), SHUTDOWN_HANDOVER_S)
         for task in self._tasks:
             task.cancel()
-        for fetcher in list(self.fetchers.values()):
-            await fetcher.stop()
-        self.fetchers.clear()
+        await self.fetchers.shutdown()
         self.tierer.close()
         for partition in self.partitions.values():
             try:
@@ -514,8 +513,7 @@ class Broker:
         for key in [k for k in self.offline_partitions if k[0] == name]:
             del self.offline_partitions[key]
         for key in [k for k in self.partitions if k[0] == name]:
-            for fetcher in self.fetchers.values():
-                fetcher.remove(key)
+            self.fetchers.remove(key)
             partition = self.partitions.pop(key)
             try:
                 partition.close()
@@ -529,8 +527,7 @@ class Broker:
         close it and delete its directory (LogManager.delete: renamed aside at once, removed
         in a worker thread)."""
         key = (topic, index)
-        for fetcher in self.fetchers.values():
-            fetcher.remove(key)
+        self.fetchers.remove(key)
         partition = self.partitions.pop(key, None)
         if partition is not None:
             try:
@@ -693,15 +690,7 @@ class Broker:
         if was != now:
             log.info("%s: %s of epoch %d (leader %d, isr %s)", partition.name,
                      partition.role.value, state.leader_epoch, state.leader, list(state.isr))
-        for fetcher in self.fetchers.values():
-            if partition.role is not Role.FOLLOWER or fetcher.leader_id != state.leader:
-                fetcher.remove(key)
-        if partition.role is Role.FOLLOWER and state.leader >= 0 and restart_following:
-            if state.leader not in self.fetchers:
-                self.fetchers[state.leader] = ReplicaFetcher(
-                    state.leader, broker_id=self.config.broker_id, metadata=self.metadata,
-                    quotas=self.replication_quotas)
-            self.fetchers[state.leader].add(partition)
+        self.fetchers.update(partition, state, restart_following=restart_following)
 
     # ------------------------------------------------------------------ ISR maintenance
     async def _isr_loop(self) -> None:
@@ -738,9 +727,7 @@ class Broker:
         if not self.zk.healthy():
             return
         # stop fetching first: a fetch after we left an ISR would let the leader add us back
-        for fetcher in list(self.fetchers.values()):
-            await fetcher.stop()
-        self.fetchers.clear()
+        await self.fetchers.shutdown()
         live = set(self.metadata.live_brokers)
         views = [
             election.PartitionView(p.topic, p.index, p.replicas, p.state)
