@@ -80,6 +80,7 @@ from typing import Any, TypeVar
 
 from loglake.broker import election
 from loglake.broker.controller import Controller
+from loglake.broker.dynamic_config import DynamicBrokerConfig
 from loglake.broker.fetcher_manager import ReplicaFetcherManager
 from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.log_manager import LogManager
@@ -87,7 +88,7 @@ from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
 from loglake.broker.producer_ids import ProducerIds
 from loglake.broker.replica_manager import ReplicaManager
-from loglake.broker.replication_quota import DEFAULT_ENTITY, ReplicationQuotas, effective_rates
+from loglake.broker.replication_quota import ReplicationQuotas
 from loglake.broker.services import BrokerServices
 from loglake.broker.tiering import Tierer
 from loglake.broker.zk_session import ZkSession
@@ -141,8 +142,7 @@ class Broker:
         self.replication_quotas = ReplicationQuotas(config.broker_id)
         self.fetchers = ReplicaFetcherManager(broker_id=config.broker_id, metadata=self.metadata,
                                               quotas=self.replication_quotas)
-        self.dynamic_configs: dict[str, dict[str, str]] = {}  # entity -> /config/brokers/..
-        self.apply_broker_configs()
+        self.broker_configs = DynamicBrokerConfig(config, self.replication_quotas)
         self.controller = Controller(self.zk, self.metadata, config)
         self.groups = GroupCoordinator(self.zk, self.metadata, config)
         self.replicas: ReplicaManager
@@ -158,7 +158,7 @@ class Broker:
             config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,
             groups=self.groups, controller=self.controller, tierer=self.tierer,
             replication_quotas=self.replication_quotas, producer_ids=self.producer_ids,
-            topic_admin=self, broker_configs=self, clock=clock)
+            topic_admin=self, broker_configs=self.broker_configs, clock=clock)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reconcile_pending = False
         self._reconcile_lock = asyncio.Lock()
@@ -209,10 +209,7 @@ class Broker:
                            self._on_controller_change)
         await self.zk.step("watching offline replicas", self.catalog.watch_offline_replicas,
                            self._on_offline_replicas)
-        for entity in (DEFAULT_ENTITY, str(self.config.broker_id)):
-            await self.zk.step("watching dynamic broker configs",
-                               self.catalog.watch_broker_config, entity,
-                               self._broker_config_watcher(entity))
+        await self.broker_configs.watch(self.zk)
         await self._refresh_brokers_now()
         await self._reconcile_waiting()
         await self.zk.step("watching /brokers/topics", self.catalog.watch_topics,
@@ -544,25 +541,6 @@ class Broker:
         removal = self.logs.delete(topic, index)
         if removal is not None:
             self._spawn(removal)
-
-    # ------------------------------------------------------------------ dynamic broker configs
-    def _broker_config_watcher(self, entity: str) -> Callable[[dict[str, str]], None]:
-        return lambda configs: self.zk.run_soon(
-            lambda: self.apply_broker_configs(entity, configs))
-
-    def apply_broker_configs(self, entity: str | None = None,
-                             configs: dict[str, str] | None = None) -> None:
-        """Dynamic broker configs of ``entity`` changed (or, without arguments, start-up):
-        recompute the replication throttle rates (see replication_quota.effective_rates)."""
-        if entity is not None:
-            self.dynamic_configs[entity] = dict(configs or {})
-        static = {"leader.replication.throttled.rate":
-                  self.config.leader_replication_throttled_rate,
-                  "follower.replication.throttled.rate":
-                  self.config.follower_replication_throttled_rate}
-        self.replication_quotas.apply(effective_rates(
-            static, self.dynamic_configs.get(DEFAULT_ENTITY, {}),
-            self.dynamic_configs.get(str(self.config.broker_id), {})))
 
     # ------------------------------------------------------------------ replicas
     def _open_partition(self, topic: str, index: int, replicas: tuple[int, ...]) -> None:
