@@ -218,7 +218,7 @@ class Broker:
         if storage is not None:  # the tierer publishes too, but only tries once
             await self.zk.step("publishing the tier storage", self.catalog.publish_storage,
                                storage.url, dict(storage.options))
-        for coroutine in (self._flush_loop(), self.zk.lease_loop(self._on_not_registered),
+        for coroutine in (self.replicas.flush_loop(), self.zk.lease_loop(self._on_not_registered),
                           self._isr_loop(), self.controller.run(), self.groups.run(),
                           self.tierer.run()):
             self._tasks.append(asyncio.create_task(coroutine))
@@ -725,14 +725,3 @@ class Broker:
             for p in self.partitions.values()
         ):
             await asyncio.sleep(0.1)
-
-    async def _flush_loop(self) -> None:
-        interval = self.config.log_flush_scheduler_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            for partition in list(self.partitions.values()):
-                try:
-                    partition.log.flush_if_due()
-                    partition.checkpoint_hw()
-                except Exception:
-                    log.exception("flush of %s failed", partition.name)

@@ -46,6 +46,11 @@ Offsets: :meth:`ReplicaManager.offset_for_timestamp` (ListOffsets v1+),
 :meth:`ReplicaManager.legacy_offsets` (ListOffsets v0) and
 :meth:`ReplicaManager.end_offset_for_epoch` (OffsetForLeaderEpoch).
 
+Flush scheduler (Kafka's ``LogManager`` flush scheduler and ``ReplicaManager``'s high-watermark
+checkpoint): :meth:`ReplicaManager.flush_loop` runs every ``log.flush.scheduler.interval.ms``;
+each partition's log fsyncs when its ``flush.messages``/``flush.ms`` is due and its
+high-watermark checkpoint is written when it changed (segments/checkpoint.py: the file).
+
 Thread-safety: event-loop thread only (like :class:`~loglake.broker.partition.Partition`); no
 locks. Segment files' modification times are read in a worker thread.
 """
@@ -491,6 +496,26 @@ class ReplicaManager:
         partition.check_leader_epoch(current_leader_epoch)
         epoch, end = partition.log.leader_epoch_cache.end_offset_for(leader_epoch)
         return epoch, end
+
+    # ---- flush scheduler and high-watermark checkpoint
+    def flush_and_checkpoint(self) -> None:
+        """One pass over the hosted partitions: fsync each log whose ``flush.messages`` /
+        ``flush.ms`` is due, and write each high-watermark checkpoint that changed. A
+        partition that fails is logged; the others still go."""
+        for partition in list(self.partitions.values()):
+            try:
+                partition.log.flush_if_due()
+                partition.checkpoint_hw()
+            except Exception:
+                log.exception("flush of %s failed", partition.name)
+
+    async def flush_loop(self) -> None:
+        """:meth:`flush_and_checkpoint` every ``log.flush.scheduler.interval.ms``, until
+        cancelled (the broker's background task)."""
+        interval = self.config.log_flush_scheduler_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.flush_and_checkpoint()
 
 
 def _mtimes_ms(paths: Sequence[Path]) -> list[int]:
