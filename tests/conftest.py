@@ -61,6 +61,15 @@ MARKERS = {
 SPARK_GROUP = "spark"
 """xdist group of every file with a Spark test: one worker, one Spark JVM."""
 
+LONGEST_GROUPS_FIRST = (
+    SPARK_GROUP, "test_replication_matrix.py", "test_group_faults.py",
+    "test_replication_faults.py", "test_recovery_no_holes.py", "test_broker_startup_zk.py",
+    "test_groups_interop.py", "test_client_groups.py", "test_tool_addresses.py",
+    "test_tiering.py", "test_reassignment.py", "test_broker_zookeeper.py", "test_groups_cli.py",
+)
+"""xdist groups that took longest in CI (about 300 s down to 40 s), handed out first so no long
+group starts last on an otherwise idle run (longest-processing-time-first scheduling)."""
+
 _PROCESS_NAMES = ("DevCluster", "zookeeper", "ZooKeeperServer", "cluster", "dev_cluster")
 """Module globals that, when they come from ``loglake.dev``, mean the test module starts
 ZooKeeper or brokers itself."""
@@ -94,10 +103,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.s3)
         if _uses_processes(item):
             item.add_marker(pytest.mark.zookeeper)
+    groups: dict[str, str] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
             group = SPARK_GROUP if item.path in spark_files else item.path.name
             item.add_marker(pytest.mark.xdist_group(group))
+        else:
+            group = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        groups[item.nodeid] = group
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker collects; the first's order rules
+        rank = {group: index for index, group in enumerate(LONGEST_GROUPS_FIRST)}
+        items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))
     if config.getoption("--run-slow") or os.environ.get("LOGLAKE_RUN_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: pass --run-slow (CI does)")
@@ -119,6 +136,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
             ) -> Iterator[DevCluster]:
     data = tmp_path_factory.mktemp("cluster")
     with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts) as dev:
+        yield dev
+
+
+@pytest.fixture(scope="module")
+def group_dev(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+              zookeeper_hosts: str) -> Iterator[DevCluster]:
+    """A one-broker cluster per test module for consumer-group tests: no initial rebalance
+    delay (``group.initial.rebalance.delay.ms=0``), so a group forms as soon as members join."""
+    data = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    with DevCluster(data / "dev", zookeeper=zookeeper_hosts, brokers=1,
+                    broker_overrides={"group.initial.rebalance.delay.ms": "0"}) as dev:
         yield dev
 
 

@@ -34,6 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from loglake.dev.harness import wait_until
 from loglake.errors import CorruptRecordError
 from loglake.segments.batch import read_header
 from loglake.segments.filenames import LOG_SUFFIX, parse_segment_name
@@ -131,39 +132,31 @@ def describe(bootstrap: str, topic: str, *, timeout: float = 5.0) -> dict[int, P
 def partition_leader(bootstrap: str, topic: str, partition: int, *,
                      timeout: float = 30.0) -> int:
     """The leader of ``topic``-``partition`` per Metadata, waiting (bounded) while there is none."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            view = describe(bootstrap, topic).get(partition)
-            last = view
-            if view is not None and view.leader >= 0 and view.error is None:
-                return view.leader
-        except KafkaException as exc:
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"{topic}-{partition} has no leader after {timeout:.0f}s (last: {last})")
+    def led() -> PartitionView | None:
+        view = describe(bootstrap, topic).get(partition)
+        return view if view is not None and view.leader >= 0 and view.error is None else None
+
+    found = wait_until(led, timeout, f"{topic}-{partition} has no leader", interval=0.2,
+                       ignore=(KafkaException,))
+    return found.leader
 
 
 def wait_for_full_isr(bootstrap: str, topic: str, partitions: Iterable[int], replicas: int = 3,
                       *, timeout: float = 60.0) -> dict[int, PartitionView]:
     """Poll Metadata until every partition has a leader and ``replicas`` ISR members."""
     wanted = list(partitions)
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            views = describe(bootstrap, topic)
-            last = views
-            if all(p in views and views[p].leader >= 0 and len(views[p].isr) == replicas
-                   for p in wanted):
-                return views
-        except KafkaException as exc:
-            last = exc
-        time.sleep(0.25)
-    raise AssertionError(
-        f"ISR of {topic} partitions {wanted} not back to {replicas} members within "
-        f"{timeout:.0f}s; last metadata: {last}")
+    last: dict[str, object] = {}
+
+    def full() -> dict[int, PartitionView] | None:
+        views = last["metadata"] = describe(bootstrap, topic)
+        if all(p in views and views[p].leader >= 0 and len(views[p].isr) == replicas
+               for p in wanted):
+            return views
+        return None
+
+    return wait_until(full, timeout, lambda: f"ISR of {topic} partitions {wanted} not back to "
+                      f"{replicas} members; last metadata: {last.get('metadata')}",
+                      interval=0.25, ignore=(KafkaException,))
 
 
 class ZooKeeperView:
@@ -193,25 +186,19 @@ class ZooKeeperView:
         return int(json.loads(raw)["brokerid"])
 
     def wait_controller(self, *, timeout: float = 30.0, other_than: int | None = None) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def elected() -> tuple[int] | None:
             current = self.controller()
-            if current is not None and current != other_than:
-                return current
-            time.sleep(0.1)
-        raise AssertionError(f"no controller (other than {other_than}) after {timeout:.0f}s")
+            return (current,) if current is not None and current != other_than else None
+
+        return wait_until(elected, timeout, f"no controller (other than {other_than})")[0]
 
     def registered(self, broker_id: int) -> bool:
         """Whether ``/brokers/ids/<id>`` exists (the broker's ZooKeeper session is alive)."""
         return self.zk.exists(f"/brokers/ids/{broker_id}") is not None
 
     def wait_unregistered(self, broker_id: int, *, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.registered(broker_id):
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"/brokers/ids/{broker_id} still exists {timeout:.0f}s after the kill")
-            time.sleep(0.1)
+        wait_until(lambda: not self.registered(broker_id), timeout,
+                   f"/brokers/ids/{broker_id} still exists after the kill")
 
     def partition_state(self, topic: str, partition: int) -> dict[str, Any] | None:
         """JSON of ``/brokers/topics/<t>/partitions/<p>/state`` (leader, leader_epoch, isr)."""
@@ -224,15 +211,14 @@ class ZooKeeperView:
 
     def wait_state(self, topic: str, partition: int, predicate: Callable[[dict[str, Any]], bool],
                    *, timeout: float = 30.0, what: str = "condition") -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        state = None
-        while time.monotonic() < deadline:
-            state = self.partition_state(topic, partition)
-            if state is not None and predicate(state):
-                return state
-            time.sleep(0.05)
-        raise AssertionError(
-            f"{topic}-{partition}: {what} not reached in {timeout:.0f}s; last state {state}")
+        last: dict[str, object] = {}
+
+        def reached() -> dict[str, Any] | None:
+            state = last["state"] = self.partition_state(topic, partition)
+            return state if state is not None and predicate(state) else None
+
+        return wait_until(reached, timeout, lambda: f"{topic}-{partition}: {what} not reached; "
+                          f"last state {last.get('state')}", interval=0.05)
 
 
 # ---------------------------------------------------------------------------------- producer

@@ -26,7 +26,7 @@ from kafka.admin import ConfigResource as KafkaConfigResource
 from kafka.admin import ConfigResourceType
 from kio.schema.errors import ErrorCode
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments.records import Record, encode_batch
 from tests.wire import WireClient
 
@@ -36,9 +36,10 @@ pytestmark = pytest.mark.filterwarnings(
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+def pair(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Iterator[DevCluster]:
     data = tmp_path_factory.mktemp("cluster-apis")
-    with DevCluster(data / "dev", brokers=2, broker_overrides={"broker.rack": RACK}) as dev:
+    with DevCluster(data / "dev", zookeeper=zookeeper_hosts,
+                    brokers=2, broker_overrides={"broker.rack": RACK}) as dev:
         yield dev
 
 
@@ -70,13 +71,6 @@ def _overrides(admin: AdminClient, topic: str) -> dict[str, str]:
     entries = admin.describe_configs([resource])[resource].result(timeout=10)
     return {name: entry.value for name, entry in entries.items()
             if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
-
-
-def _wait_for(predicate: Any, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 # ---------------------------------------------------------------------------- DescribeCluster
@@ -155,7 +149,7 @@ def test_describe_log_dirs_kafka_python(pair: DevCluster, admin: AdminClient,
             answer = client.describe_log_dirs({topic_name: [0, 1]})
             sizes = {b["broker"]: _partitions(b, topic_name) for b in answer}
             return sizes[1][0]["partition_size"] == sizes[2][0]["partition_size"] > 0
-        _wait_for(sizes_agree, "the follower to hold the leader's log")
+        wait_until(sizes_agree, 10, "the follower to hold the leader's log")
         answer = client.describe_log_dirs({topic_name: [0, 1]})
     finally:
         client.close()
@@ -224,7 +218,7 @@ def test_alter_configs_replaces_the_whole_override_set(pair: DevCluster, admin: 
                  "configuration_keys": ["segment.ms", "retention.ms"]}]})
             values = {c.name: (c.value, c.config_source) for c in response.results[0].configs}
             return values == {"segment.ms": ("120000", 1), "retention.ms": ("604800000", 5)}
-        _wait_for(on_broker_2, "broker 2 to apply the new overrides")
+        wait_until(on_broker_2, 10, "broker 2 to apply the new overrides")
     empty = ConfigResource("topic", topic_name, set_config={})
     admin.alter_configs([empty])[empty].result(timeout=10)
     assert _overrides(admin, topic_name) == {}
@@ -380,8 +374,12 @@ def test_produce_v10_to_a_follower_names_the_leader(pair: DevCluster, admin: Adm
             return client.request(0, version, {"acks": 1, "timeout": 5000, "topic_data": [
                 {"name": topic_name, "partition_data": [{"index": 0, "records": batch}]}]})
 
-    with _wire(pair, 2) as client:
-        state = client.request(3, 12, {"topics": [{"name": topic_name}]}).topics[0]
+    def listed_on_broker_2() -> Any:  # broker 2 learns of the topic through its watch
+        with _wire(pair, 2) as client:
+            topic = client.request(3, 12, {"topics": [{"name": topic_name}]}).topics[0]
+        return topic if topic.partitions and topic.partitions[0].leader_id == 1 else None
+
+    state = wait_until(listed_on_broker_2, 10, "broker 2's metadata to list the new topic")
     epoch = state.partitions[0].leader_epoch
     for version in (10, 11, 12):
         wrong = produce(2, version)

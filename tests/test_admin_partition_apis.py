@@ -39,7 +39,7 @@ from kafka.structs import TopicPartition as KafkaPythonTopicPartition
 from kio.schema.errors import ErrorCode
 from pyspark.sql import SparkSession
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments import checkpoint
 from loglake.segments.filenames import LOG_START_OFFSET_CHECKPOINT
 from loglake.segments.tiered_table import TieredTable
@@ -61,9 +61,9 @@ OVERRIDES = {"auto.leader.rebalance.enable": "false", "replica.lag.time.max.ms":
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    with DevCluster(tmp_path_factory.mktemp("admin-partitions") / "dev", brokers=3,
-                    broker_overrides=OVERRIDES) as cluster:
+def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Iterator[DevCluster]:
+    with DevCluster(tmp_path_factory.mktemp("admin-partitions") / "dev",
+                    zookeeper=zookeeper_hosts, brokers=3, broker_overrides=OVERRIDES) as cluster:
         yield cluster
 
 
@@ -145,14 +145,14 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int], expected: int
 
 def wait_leader(bootstrap: str, topic: str, partition: int, predicate: object, *,
                 timeout: float = 40.0) -> int:
-    deadline = time.monotonic() + timeout
-    leader = None
-    while time.monotonic() < deadline:
-        leader = describe(bootstrap, topic)[partition].leader
-        if predicate(leader):  # type: ignore[operator]
-            return leader
-        time.sleep(0.2)
-    raise AssertionError(f"{topic}-{partition}: leader {leader} after {timeout:.0f}s")
+    last: dict[str, int] = {}
+
+    def matches() -> tuple[int] | None:
+        leader = last["leader"] = describe(bootstrap, topic)[partition].leader
+        return (leader,) if predicate(leader) else None  # type: ignore[operator]
+
+    return wait_until(matches, timeout, lambda: f"{topic}-{partition}: leader "
+                      f"{last.get('leader')}", interval=0.2)[0]
 
 
 # ---------------------------------------------------------------------------- CreatePartitions
@@ -289,15 +289,12 @@ def test_delete_records_with_every_client(dev: DevCluster, zk: ZooKeeperView) ->
         probe.close()
 
     # every replica moved its log start (the followers from their fetches)
-    deadline = time.monotonic() + 20
-    starts: dict[int, int | None] = {}
-    while time.monotonic() < deadline:
-        starts = {b: checkpoint.read_offset(replica_dir(dev.data_dir, b, topic, 0)
-                                            / LOG_START_OFFSET_CHECKPOINT) for b in (1, 2, 3)}
-        if set(starts.values()) == {30}:
-            break
-        time.sleep(0.2)
-    assert set(starts.values()) == {30}, starts
+    def starts() -> dict[int, int | None]:
+        return {b: checkpoint.read_offset(replica_dir(dev.data_dir, b, topic, 0)
+                                          / LOG_START_OFFSET_CHECKPOINT) for b in (1, 2, 3)}
+
+    wait_until(lambda: set(starts().values()) == {30}, 20,
+               lambda: f"every replica's log start at 30: {starts()}", interval=0.2)
 
     # the CLI; then a follower that becomes leader serves from the new start too
     cli = loglake("topics", "delete-records", topic, "--partition", "0", "--offset", "60",

@@ -35,8 +35,8 @@ def _read_everything(bootstrap: str, topic: str, timeout: float = 60.0) -> list:
     return got
 
 
-def test_sigkill_while_producing_loses_no_acknowledged_record(tmp_path):
-    with DevCluster(tmp_path / "dev") as dev:
+def test_sigkill_while_producing_loses_no_acknowledged_record(tmp_path, zookeeper_hosts: str):
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts) as dev:
         create_topic(dev.bootstrap_servers, "crash", config={"segment.bytes": "200000"})
         acked: dict[int, bytes] = {}
         stop = threading.Event()
@@ -100,8 +100,8 @@ def _produce_batches(bootstrap: str, topic: str, batches: int, per_batch: int) -
         producer.flush(10)
 
 
-def test_torn_tail_and_lost_indexes_recovered_on_restart(tmp_path):
-    with DevCluster(tmp_path / "dev") as dev:
+def test_torn_tail_and_lost_indexes_recovered_on_restart(tmp_path, zookeeper_hosts: str):
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts) as dev:
         create_topic(dev.bootstrap_servers, "torn", config={"segment.bytes": "20000"})
         _produce_batches(dev.bootstrap_servers, "torn", batches=40, per_batch=50)
         dev.kill_broker(1)
@@ -132,9 +132,10 @@ def test_torn_tail_and_lost_indexes_recovered_on_restart(tmp_path):
         assert found[0].offset <= 1234 and got[found[0].offset].timestamp()[1] >= target
 
 
-def test_auto_create_topics_is_a_broker_setting(tmp_path):
-    with DevCluster(tmp_path / "dev", broker_overrides={"auto.create.topics.enable": "true",
-                                                        "num.partitions": "2"}) as dev:
+def test_auto_create_topics_is_a_broker_setting(tmp_path, zookeeper_hosts: str):
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    broker_overrides={"auto.create.topics.enable": "true",
+                                      "num.partitions": "2"}) as dev:
         producer = Producer({"bootstrap.servers": dev.bootstrap_servers})
         producer.produce("created-on-demand", value=b"hello")
         assert producer.flush(20) == 0

@@ -57,8 +57,8 @@ def test_duplicates_gaps_and_fencing(cluster, topic_name):
         assert end.topics[0].partitions[0].offset == 16
 
 
-def test_producer_state_rebuilt_after_restart(tmp_path):
-    with DevCluster(tmp_path / "dev") as dev:
+def test_producer_state_rebuilt_after_restart(tmp_path, zookeeper_hosts: str):
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts) as dev:
         create_topic(dev.bootstrap_servers, "idem")
         with WireClient.connect(dev.bootstrap_servers) as client:
             pid, epoch = _init_producer(client)

@@ -20,8 +20,8 @@ def _zk(dev: DevCluster) -> KazooClient:
     return client
 
 
-def test_layout_registration_and_clean_shutdown(tmp_path):
-    with DevCluster(tmp_path / "dev") as dev:
+def test_layout_registration_and_clean_shutdown(tmp_path, zookeeper_hosts: str):
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts) as dev:
         create_topic(dev.bootstrap_servers, "laid-out", partitions=2,
                      config={"retention.ms": "1000000"})
         admin = AdminClient({"bootstrap.servers": dev.bootstrap_servers})

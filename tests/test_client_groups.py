@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from loglake.client import Admin, BrokerError, Consumer, Producer, Record
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -23,11 +22,8 @@ WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    data = tmp_path_factory.mktemp("client-groups")
-    with DevCluster(data / "dev", brokers=1,
-                    broker_overrides={"group.initial.rebalance.delay.ms": "0"}) as cluster:
-        yield cluster
+def dev(group_dev: DevCluster) -> DevCluster:
+    return group_dev  # one broker, no initial rebalance delay (tests/conftest.py)
 
 
 @pytest.fixture
@@ -110,14 +106,9 @@ def test_auto_commit_covers_only_records_moved_past(
         # no poll since the 5th record was returned: it is still being processed, so the
         # background commits (every 200 ms) cover exactly the first four
         processed = positions(records[:4])
-        deadline = time.monotonic() + WAIT_S
-        committed: dict[int, int | None] = {}
-        while time.monotonic() < deadline:
-            committed = consumer.committed(topic)
-            if {p: o for p, o in committed.items() if o is not None} == processed:
-                break
-            time.sleep(0.2)
-        assert {p: o for p, o in committed.items() if o is not None} == processed
+        wait_until(lambda: {p: o for p, o in consumer.committed(topic).items()
+                            if o is not None} == processed, WAIT_S,
+                   f"committed offsets to reach {processed}", interval=0.2)
         time.sleep(1.0)  # more intervals: still nothing beyond what was processed
         assert {p: o for p, o in consumer.committed(topic).items() if o is not None} == processed
         assert consumer.last_error is None

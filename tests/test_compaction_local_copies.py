@@ -47,9 +47,10 @@ it, which hides whether a replica reacts to a topic it has never read."""
 
 
 @pytest.fixture(scope="module")
-def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+def replicated(tmp_path_factory: pytest.TempPathFactory,
+               zookeeper_hosts: str) -> Iterator[DevCluster]:
     data = tmp_path_factory.mktemp("local-copies")
-    with DevCluster(data / "dev", brokers=len(BROKERS),
+    with DevCluster(data / "dev", zookeeper=zookeeper_hosts, brokers=len(BROKERS),
                     broker_overrides={"log.retention.check.interval.ms": NEVER_MS}) as dev:
         time.sleep(SETTLE_S)
         yield dev

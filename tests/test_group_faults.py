@@ -35,6 +35,7 @@ from confluent_kafka import (
 
 from loglake.broker.groups.coordinator import coordinator_for
 from loglake.dev.harness import DevCluster
+from loglake.dev.harness import wait_until as harness_wait_until
 from tests.replication_checks import (
     DEFAULT_PRODUCER_CONFIG,
     REPLICATION_OVERRIDES,
@@ -349,13 +350,8 @@ def group_summary(zk: ZooKeeperView, group: str) -> str:
 def wait_until(what: str, predicate: Any, *, timeout: float, interval: float = 0.25,
                context: Any = None) -> None:
     """Poll ``predicate()`` until true; AssertionError naming ``what`` (and ``context()``)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    extra = f"\n{context()}" if context is not None else ""
-    raise AssertionError(f"{what}: not reached within {timeout:.0f}s{extra}")
+    harness_wait_until(predicate, timeout, lambda: what if context is None
+                       else f"{what}\n{context()}", interval=interval)
 
 
 def wait_stable(tail: EventTail, keys: list[str], partitions: int, zk: ZooKeeperView,
@@ -441,8 +437,10 @@ def uncommitted_window(tail: EventTail, key: str) -> int:
 
 
 @pytest.fixture
-def group_cluster(tmp_path: Path) -> Iterator[tuple[DevCluster, ZooKeeperView]]:
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=GROUP_OVERRIDES) as dev, \
+def group_cluster(tmp_path: Path,
+                  zookeeper_hosts: str) -> Iterator[tuple[DevCluster, ZooKeeperView]]:
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=GROUP_OVERRIDES) as dev, \
             ZooKeeperView(dev.zookeeper_connect) as zk:
         zk.wait_controller(timeout=60)  # the harness returns before a controller is elected
         yield dev, zk
@@ -699,7 +697,7 @@ def test_group_survives_coordinator_kill(
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_offsets_of_empty_group_expire(tmp_path: Path) -> None:
+def test_offsets_of_empty_group_expire(tmp_path: Path, zookeeper_hosts: str) -> None:
     """With ``offsets.retention.minutes=1`` and a 1 s check interval, the offsets of a group
     whose last member left disappear from ZooKeeper about a minute after the group became
     empty (not before 55 s), while a group with an active member (which committed once, at the
@@ -707,7 +705,8 @@ def test_offsets_of_empty_group_expire(tmp_path: Path) -> None:
     overrides = {**GROUP_OVERRIDES, "offsets.retention.minutes": "1",
                  "offsets.retention.check.interval.ms": "1000"}
     topic = "expiry"
-    with DevCluster(tmp_path / "dev", brokers=1, broker_overrides=overrides) as dev, \
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=1, broker_overrides=overrides) as dev, \
             ZooKeeperView(dev.zookeeper_connect) as zk, \
             WorkerPool(dev.bootstrap_servers, tmp_path / "workers") as pool:
         bootstrap = dev.bootstrap_servers

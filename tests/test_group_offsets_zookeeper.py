@@ -12,8 +12,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer as KafkaConsumer
@@ -33,7 +31,7 @@ from loglake.catalog.groups import (
     offset_path,
 )
 from loglake.client import Admin
-from loglake.dev.harness import DevCluster, zookeeper
+from loglake.dev.harness import DevCluster
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -76,9 +74,16 @@ def test_garbage_is_refused() -> None:
 
 
 @pytest.fixture
-def zk_hosts(tmp_path: Path) -> Iterator[str]:
-    with zookeeper(tmp_path / "zk") as server:
-        yield server.hosts
+def zk_hosts(zookeeper_hosts: str) -> str:
+    """The session's ZooKeeper under a fresh chroot (an empty tree for this test)."""
+    chroot = f"/offsets-{uuid.uuid4().hex[:12]}"
+    root = _client(zookeeper_hosts)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
+        root.close()
+    return zookeeper_hosts + chroot
 
 
 def _client(hosts: str) -> KazooClient:
@@ -168,11 +173,8 @@ def test_migration_is_idempotent_and_safe_from_several_brokers(zk_hosts: str) ->
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    data = tmp_path_factory.mktemp("group-offsets-zk")
-    with DevCluster(data / "dev", brokers=1,
-                    broker_overrides={"group.initial.rebalance.delay.ms": "0"}) as cluster:
-        yield cluster
+def dev(group_dev: DevCluster) -> DevCluster:
+    return group_dev  # one broker, no initial rebalance delay (tests/conftest.py)
 
 
 def _topic(dev: DevCluster, partitions: int = 3) -> str:

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,11 +21,8 @@ RECORDS = 30
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    data = tmp_path_factory.mktemp("groups-cli")
-    with DevCluster(data / "dev", brokers=1,
-                    broker_overrides={"group.initial.rebalance.delay.ms": "0"}) as cluster:
-        yield cluster
+def dev(group_dev: DevCluster) -> DevCluster:
+    return group_dev  # one broker, no initial rebalance delay (tests/conftest.py)
 
 
 @pytest.fixture

@@ -32,9 +32,9 @@ SETTLE_TIMEOUT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Iterator[DevCluster]:
     data = tmp_path_factory.mktemp("groups-confluent")
-    with DevCluster(data / "dev", brokers=3,
+    with DevCluster(data / "dev", zookeeper=zookeeper_hosts, brokers=3,
                     broker_overrides={"group.initial.rebalance.delay.ms": "0"}) as cluster:
         yield cluster
 

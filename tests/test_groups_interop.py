@@ -9,7 +9,6 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,11 +27,8 @@ WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    data = tmp_path_factory.mktemp("groups-interop")
-    with DevCluster(data / "dev", brokers=1,
-                    broker_overrides={"group.initial.rebalance.delay.ms": "0"}) as cluster:
-        yield cluster
+def dev(group_dev: DevCluster) -> DevCluster:
+    return group_dev  # one broker, no initial rebalance delay (tests/conftest.py)
 
 
 def _topic(dev: DevCluster) -> str:

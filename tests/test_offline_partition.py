@@ -15,10 +15,11 @@ from __future__ import annotations
 import struct
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments.batch import iter_batches
 from loglake.segments.filenames import LOG_SUFFIX
 from tests.admin_util import create_topic
@@ -66,8 +67,10 @@ def _segments(directory: Path) -> list[Path]:
     return sorted(directory.glob("*" + LOG_SUFFIX))
 
 
-def test_unopenable_partition_goes_offline_and_the_broker_keeps_serving(tmp_path: Path) -> None:
-    with DevCluster(tmp_path / "dev") as dev, broker_logs_on_failure(dev, [1]):
+def test_unopenable_partition_goes_offline_and_the_broker_keeps_serving(
+        tmp_path: Path, zookeeper_hosts: str) -> None:
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts) as dev, \
+            broker_logs_on_failure(dev, [1]):
         for name in ("good", "bad"):
             create_topic(dev.bootstrap_servers, name, config={"segment.bytes": "4000",
                                                               "remote.storage.enable": "false"})
@@ -93,8 +96,9 @@ def test_unopenable_partition_goes_offline_and_the_broker_keeps_serving(tmp_path
         assert error == 0
 
 
-def test_corrupt_batch_header_cuts_one_partition_only(tmp_path: Path) -> None:
-    with DevCluster(tmp_path / "dev") as dev, broker_logs_on_failure(dev, [1]):
+def test_corrupt_batch_header_cuts_one_partition_only(tmp_path: Path, zookeeper_hosts: str) -> None:
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts) as dev, \
+            broker_logs_on_failure(dev, [1]):
         for name in ("good", "bad"):
             create_topic(dev.bootstrap_servers, name, config={"segment.bytes": "4000",
                                                               "remote.storage.enable": "false"})
@@ -113,8 +117,9 @@ def test_corrupt_batch_header_cuts_one_partition_only(tmp_path: Path) -> None:
         assert "recovery cut the log at offset" in dev.broker_log(1)
 
 
-def test_unopenable_follower_replica_is_rereplicated(tmp_path: Path) -> None:
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
+def test_unopenable_follower_replica_is_rereplicated(tmp_path: Path, zookeeper_hosts: str) -> None:
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
             broker_logs_on_failure(dev):
         create_replicated_topic(dev.bootstrap_servers, "rr", partitions=1,
                                 assignment=[[1, 2, 3]],
@@ -129,25 +134,23 @@ def test_unopenable_follower_replica_is_rereplicated(tmp_path: Path) -> None:
         _produce(dev.bootstrap_servers, "rr", 500, start=2000)
         dev.start_broker(3)
         wait_for_full_isr(dev.bootstrap_servers, "rr", [0], 3, timeout=90)
-        deadline = time.monotonic() + 60
-        values: dict[int, bytes | None] = {}
-        while time.monotonic() < deadline and len(values) < 2500:
-            values = read_replica(directory)
-            time.sleep(0.5)
+        values = wait_until(lambda: len(got := read_replica(directory)) >= 2500 and got, 60,
+                            "the re-replicated log to hold 2500 records", interval=0.5)
         assert [values.get(i) for i in range(2500)] == [b"%08d" % i for i in range(2500)]
         moved = list(directory.parent.glob("rr-0.*.damaged"))
         assert len(moved) == 1 and (moved[0] / victim.name).is_dir()  # kept for the operator
 
 
-def _metadata(port: int, topic: str) -> object:
+def _metadata(port: int, topic: str) -> Any:
     with WireClient("127.0.0.1", port) as client:
         response = client.request(3, 12, {"topics": [{"name": topic}],
                                            "allow_auto_topic_creation": False})
     return response.topics[0].partitions[0]
 
 
-def test_every_broker_reports_an_offline_replica(tmp_path: Path) -> None:
-    with DevCluster(tmp_path / "dev", brokers=2) as dev, broker_logs_on_failure(dev, [1, 2]):
+def test_every_broker_reports_an_offline_replica(tmp_path: Path, zookeeper_hosts: str) -> None:
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=2) as dev, broker_logs_on_failure(dev, [1, 2]):
         create_replicated_topic(dev.bootstrap_servers, "solo", partitions=1, assignment=[[2]],
                                 min_insync_replicas=1,
                                 config={"segment.bytes": "4000",
@@ -158,21 +161,12 @@ def test_every_broker_reports_an_offline_replica(tmp_path: Path) -> None:
         first.unlink()
         first.mkdir()
         dev.start_broker(2)
-        deadline = time.monotonic() + 30
-        seen: object = None
-        while time.monotonic() < deadline:
-            seen = _metadata(dev.broker_port(1), "solo")
-            if list(seen.offline_replicas) == [2]:  # type: ignore[attr-defined]
-                break
-            time.sleep(0.3)
-        assert list(seen.offline_replicas) == [2], seen  # type: ignore[attr-defined]
-        assert seen.leader_id == -1  # type: ignore[attr-defined]
+        seen: Any = wait_until(
+            lambda: list((meta := _metadata(dev.broker_port(1), "solo")).offline_replicas)
+            == [2] and meta, 30, "replica 2 reported offline", interval=0.3)
+        assert seen.leader_id == -1
         first.rmdir()
         dev.restart_broker(2)  # repaired: online again everywhere
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            seen = _metadata(dev.broker_port(1), "solo")
-            if seen.leader_id == 2 and not list(seen.offline_replicas):  # type: ignore[attr-defined]
-                break
-            time.sleep(0.3)
-        assert seen.leader_id == 2 and not list(seen.offline_replicas), seen  # type: ignore[attr-defined]
+        wait_until(lambda: (meta := _metadata(dev.broker_port(1), "solo")).leader_id == 2
+                   and not list(meta.offline_replicas), 30,
+                   "replica 2 online again and leader", interval=0.3)

@@ -37,6 +37,7 @@ from loglake.broker.replication_quota import BURST_S
 from loglake.client import Admin
 from loglake.client.reassignment import throttled_replicas
 from loglake.dev.harness import DevCluster
+from loglake.dev.harness import wait_until as harness_wait_until
 from tests.replication_checks import (
     REPLICATION_OVERRIDES,
     ProducerLoop,
@@ -82,14 +83,7 @@ def tree_bytes(directory: Path) -> int:
 
 def wait_until(what: str, check: Callable[[], Any], *, timeout: float,
                interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what} not reached within {timeout:.0f}s (last: {last})")
+    return harness_wait_until(check, timeout, f"{what} not reached", interval=interval)
 
 
 def preload(bootstrap: str, topic: str, partitions: int, per_partition: int, *,
@@ -141,13 +135,15 @@ def clear_throttle(bootstrap: str, brokers: list[int], topics: list[str]) -> Non
 # ------------------------------------------------------------------- 3 -> 4 brokers
 
 
-def test_three_to_four_brokers_under_an_acks_all_producer(tmp_path: Path) -> None:
+def test_three_to_four_brokers_under_an_acks_all_producer(tmp_path: Path,
+                                                          zookeeper_hosts: str) -> None:
     """RF 3 on brokers 1-3; every partition swaps broker 1 for the new broker 4 while an
     idempotent acks=all producer runs (throttled at 1 MB/s, so the move is visible for a
     while): nothing lost or duplicated, the move listed and then not, broker 1's copies gone."""
     topic = "moving"
     targets = {0: (4, 2, 3), 1: (2, 3, 4), 2: (3, 4, 2)}
-    with DevCluster(tmp_path / "dev", brokers=4, broker_overrides=REPLICATION_OVERRIDES) as dev, \
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=4, broker_overrides=REPLICATION_OVERRIDES) as dev, \
             broker_logs_on_failure(dev, (1, 2, 3, 4)):
         bootstrap = dev.bootstrap_servers
         create_replicated_topic(bootstrap, topic, assignment=[(1, 2, 3), (2, 3, 1), (3, 1, 2)])
@@ -168,8 +164,9 @@ def test_three_to_four_brokers_under_an_acks_all_producer(tmp_path: Path) -> Non
                 1: {"replicas": [2, 3, 4, 1], "adding_replicas": [4], "removing_replicas": [1]},
                 2: {"replicas": [3, 4, 2, 1], "adding_replicas": [4], "removing_replicas": [1]},
             }
-            during = describe(bootstrap, topic)
-            assert all(set(during[p].replicas) == {1, 2, 3, 4} for p in targets), during
+            wait_until("every broker's metadata to show the moving replica sets",
+                       lambda: all(set(describe(bootstrap, topic)[p].replicas) == {1, 2, 3, 4}
+                                   for p in targets), timeout=10)
             wait_until("the reassignment to complete", lambda: not ongoing(admin, topic),
                        timeout=90, interval=0.25)
             took = time.monotonic() - started
@@ -195,8 +192,9 @@ def test_three_to_four_brokers_under_an_acks_all_producer(tmp_path: Path) -> Non
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
-    with DevCluster(tmp_path_factory.mktemp("reassignment") / "dev", brokers=3,
+def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Iterator[DevCluster]:
+    with DevCluster(tmp_path_factory.mktemp("reassignment") / "dev",
+                    zookeeper=zookeeper_hosts, brokers=3,
                     broker_overrides={"replica.lag.time.max.ms": "5000"}) as cluster:
         yield cluster
 
@@ -273,7 +271,9 @@ def test_tiered_topic_moves_with_its_local_tail_only(dev: DevCluster) -> None:
         assert admin.alter_partition_reassignments({(topic, 0): (2,)}) == {(topic, 0): None}
         wait_until("the move to complete", lambda: not admin.list_partition_reassignments(),
                    timeout=60)
-        assert admin.describe_topic(topic).partitions[0].replicas == (2,)
+        wait_until("the metadata to show the move (watches bring it to every broker)",
+                   lambda: admin.describe_topic(topic).partitions[0].replicas == (2,),
+                   timeout=10)
     moved = replica_dir(dev.data_dir, 2, topic, 0)
     table = tree_bytes(Path(dev.storage_url) / "topics" / topic)
     start = min(int(f.stem) for f in moved.glob("*.log"))
@@ -352,7 +352,9 @@ def test_a_replica_removed_while_its_broker_was_down_is_deleted_at_start(
                 (topic, 0): None}
             wait_until("the move to complete",
                        lambda: not admin.list_partition_reassignments(), timeout=60)
-            assert admin.describe_topic(topic).partitions[0].replicas == (1, 3)
+            wait_until("the metadata to show the move",
+                       lambda: admin.describe_topic(topic).partitions[0].replicas == (1, 3),
+                       timeout=10)
             assert stale.exists()  # nobody could delete it
     finally:
         dev.start_broker(2)

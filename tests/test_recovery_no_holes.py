@@ -113,8 +113,10 @@ def _wait_leader(bootstrap: str, wanted: int, timeout: float = 60.0) -> None:
     raise AssertionError(f"{TOPIC}-0 is led by {leader}, not {wanted}, after {timeout:.0f}s")
 
 
-def _run(tmp_path: Path, damage: str, shutdown: str, *, serve_as_leader: bool) -> None:
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
+def _run(tmp_path: Path, damage: str, shutdown: str,
+         zookeeper_hosts: str, *, serve_as_leader: bool) -> None:
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
             broker_logs_on_failure(dev):
         create_replicated_topic(dev.bootstrap_servers, TOPIC, assignment=[[1, 2, FOLLOWER]],
                                 config={"segment.bytes": "5000",
@@ -149,14 +151,14 @@ def _run(tmp_path: Path, damage: str, shutdown: str, *, serve_as_leader: bool) -
 
 @pytest.mark.parametrize(("damage", "shutdown"), [("flip", "clean"), ("truncate", "kill")])
 def test_damaged_follower_refetches_before_it_rejoins(tmp_path: Path, damage: str,
-                                                      shutdown: str) -> None:
-    _run(tmp_path, damage, shutdown, serve_as_leader=damage == "flip")
+                                                      shutdown: str, zookeeper_hosts: str) -> None:
+    _run(tmp_path, damage, shutdown, zookeeper_hosts, serve_as_leader=damage == "flip")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("damage", "shutdown"), [
     ("flip", "kill"), ("truncate", "clean"), ("index", "clean"), ("index", "kill"),
 ])
-def test_damaged_follower_refetches_before_it_rejoins_more(tmp_path: Path, damage: str,
-                                                           shutdown: str) -> None:
-    _run(tmp_path, damage, shutdown, serve_as_leader=True)
+def test_damaged_follower_refetches_before_it_rejoins_more(
+        tmp_path: Path, damage: str, shutdown: str, zookeeper_hosts: str) -> None:
+    _run(tmp_path, damage, shutdown, zookeeper_hosts, serve_as_leader=True)

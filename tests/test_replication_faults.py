@@ -59,14 +59,15 @@ def _restart_when_unregistered(dev: DevCluster, zk: ZooKeeperView, down: dict[in
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_leader_kill_storm(tmp_path: Path) -> None:
+def test_leader_kill_storm(tmp_path: Path, zookeeper_hosts: str) -> None:
     """SIGKILL the leader of partition 0 every 5 s for 60 s, restarting each killed broker once
     its znode has gone. Invariants: > 5,000 acknowledged; every acknowledged value consumed
     exactly once at its acknowledged place; a consumer running through the storm sees strictly
     increasing offsets per partition and only records that stay (the same value at the same
     offset after healing: it never reads above the high watermark); replicas converge."""
     topic = "storm"
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
             broker_logs_on_failure(dev), ZooKeeperView(dev.zookeeper_connect) as zk:
         create_replicated_topic(dev.bootstrap_servers, topic, partitions=3)
         producer = ProducerLoop(dev.bootstrap_servers, topic, partitions=3, rate=1000)
@@ -118,7 +119,7 @@ def test_leader_kill_storm(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_paused_leader_is_fenced_and_truncates(tmp_path: Path) -> None:
+def test_paused_leader_is_fenced_and_truncates(tmp_path: Path, zookeeper_hosts: str) -> None:
     """SIGSTOP the leader for longer than the ZooKeeper session timeout, then SIGCONT.
 
     Invariants: another replica is elected leader with a higher leader epoch while it is paused;
@@ -128,7 +129,8 @@ def test_paused_leader_is_fenced_and_truncates(tmp_path: Path) -> None:
     leader's; the idempotent acks=all producer running throughout loses and duplicates nothing.
     """
     topic = "paused"
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=NO_REBALANCE) as dev, \
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=NO_REBALANCE) as dev, \
             broker_logs_on_failure(dev), ZooKeeperView(dev.zookeeper_connect) as zk:
         create_replicated_topic(dev.bootstrap_servers, topic, partitions=1)
         before = zk.wait_state(topic, 0, lambda s: s["leader"] >= 0, what="a leader")
@@ -183,13 +185,14 @@ def test_paused_leader_is_fenced_and_truncates(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-def test_min_insync_replicas_and_isr_reexpansion(tmp_path: Path) -> None:
+def test_min_insync_replicas_and_isr_reexpansion(tmp_path: Path, zookeeper_hosts: str) -> None:
     """Stop two of three replicas (SIGTERM): acks=all gets NOT_ENOUGH_REPLICAS (19) once the ISR
     is the leader alone, acks=1 is acknowledged. Restart them: each rejoins the ISR only after
     its log holds everything the leader has (checked on disk every time ZooKeeper's ISR lists
     it), acks=all works again, and replicas converge."""
     topic = "min-isr"
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=NO_REBALANCE) as dev, \
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=NO_REBALANCE) as dev, \
             broker_logs_on_failure(dev), ZooKeeperView(dev.zookeeper_connect) as zk:
         create_replicated_topic(dev.bootstrap_servers, topic, partitions=1,
                                 config={"segment.bytes": "1048576"})
@@ -286,7 +289,7 @@ def test_zookeeper_node_loss_keeps_cluster_serving(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_kip101_divergent_follower_becomes_leader(tmp_path: Path) -> None:
+def test_kip101_divergent_follower_becomes_leader(tmp_path: Path, zookeeper_hosts: str) -> None:
     """KIP-101 divergence after a double failover; replicas [A, B, C] (A the first leader).
 
     1. ``c`` (100 values) acks=all: committed on A, B, C (leader epoch e0).
@@ -315,7 +318,8 @@ def test_kip101_divergent_follower_becomes_leader(tmp_path: Path) -> None:
     topic = "kip101"
     overrides = {**NO_REBALANCE, "replica.lag.time.max.ms": "30000",
                  "zookeeper.session.timeout.ms": "10000"}
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=overrides) as dev, \
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=overrides) as dev, \
             broker_logs_on_failure(dev), ZooKeeperView(dev.zookeeper_connect) as zk:
         create_replicated_topic(dev.bootstrap_servers, topic, assignment=[[1, 2, 3]])
         state0 = zk.wait_state(topic, 0, lambda s: s["leader"] >= 0)
@@ -388,7 +392,8 @@ def test_kip101_divergent_follower_becomes_leader(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_sdk_admin_keeps_describing_after_the_controller_dies(tmp_path: Path) -> None:
+def test_sdk_admin_keeps_describing_after_the_controller_dies(tmp_path: Path,
+                                                              zookeeper_hosts: str) -> None:
     """An Admin that last saw broker C as controller still describes topics (from a live
     broker, within seconds) after C is SIGKILLed, before and after the new controller takes
     over (librdkafka's DescribeTopics would wait for the dead controller)."""
@@ -397,7 +402,8 @@ def test_sdk_admin_keeps_describing_after_the_controller_dies(tmp_path: Path) ->
     from loglake.client import Admin
 
     topic = "admin-after-controller"
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=NO_REBALANCE) as dev, \
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=NO_REBALANCE) as dev, \
             broker_logs_on_failure(dev), ZooKeeperView(dev.zookeeper_connect) as zk, \
             Admin(dev.bootstrap_servers, timeout=20) as admin:
         create_replicated_topic(dev.bootstrap_servers, topic, partitions=3)

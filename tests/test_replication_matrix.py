@@ -108,11 +108,13 @@ CASES = [
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(("mode", "target"), CASES)
-def test_replication_matrix(tmp_path: Path, mode: FailureMode, target: Target) -> None:
+def test_replication_matrix(tmp_path: Path, mode: FailureMode, target: Target,
+                            zookeeper_hosts: str) -> None:
     """No acknowledged value lost or duplicated, and replicas converge, under ``mode`` aimed at
     ``target`` while the producer runs."""
     topic = f"matrix-{mode}-{target}"
-    with DevCluster(tmp_path / "dev", brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev, \
             broker_logs_on_failure(dev):
         run_case(dev, topic, lambda zk: _apply(dev, zk, topic, mode, target))
 

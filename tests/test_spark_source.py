@@ -266,13 +266,14 @@ def test_stream_reader_read_limits(cluster: DevCluster, topic: str) -> None:
         delayed.stop()
 
 
-def test_fail_on_data_loss(spark: SparkSession, tmp_path: Path) -> None:
+def test_fail_on_data_loss(spark: SparkSession, tmp_path: Path, zookeeper_hosts: str) -> None:
     """Offsets deleted by retention: an error naming them, or skipped with
     failOnDataLoss=false."""
     from loglake.client.admin import Admin
 
     overrides = {"log.retention.check.interval.ms": "200"}
-    with DevCluster(tmp_path / "cluster", brokers=1, broker_overrides=overrides) as dev:
+    with DevCluster(tmp_path / "cluster", zookeeper=zookeeper_hosts,
+                    brokers=1, broker_overrides=overrides) as dev:
         name = "lossy"
         create_topic(dev.bootstrap_servers, name, 1, {
             "remote.storage.enable": "false", "segment.bytes": "6000",

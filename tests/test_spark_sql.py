@@ -12,7 +12,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -21,7 +20,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.errors import UnknownTopicError
 from loglake.segments.tiered_table import TieredTable
 from loglake.streaming import sql_cli
@@ -215,7 +214,7 @@ def test_cli_errors_are_one_line(spark: SparkSession, cluster: DevCluster) -> No
 
 
 def test_views_over_s3_storage_use_the_python_reader(
-        spark: SparkSession, s3_server: S3Server, tmp_path: Path) -> None:
+        spark: SparkSession, s3_server: S3Server, tmp_path: Path, zookeeper_hosts: str) -> None:
     """Tier on (loopback) S3: Spark has no s3 filesystem here, so the view reads the tier with
     pyarrow through the data source; credentials come as storage options (the brokers publish
     none)."""
@@ -223,13 +222,15 @@ def test_views_over_s3_storage_use_the_python_reader(
                        for k, v in s3_server.options().items()}
     overrides = {"remote.log.storage.url": s3_server.url(f"lake-{uuid.uuid4().hex[:8]}"),
                  **storage_options}
-    with DevCluster(tmp_path / "cluster", brokers=1, broker_overrides=overrides) as dev:
+    with DevCluster(tmp_path / "cluster", zookeeper=zookeeper_hosts,
+                    brokers=1, broker_overrides=overrides) as dev:
         topic = "on-s3.events"
         create_topic(dev.bootstrap_servers, topic, 2, SMALL_SEGMENTS)
         produce_numbered(dev.bootstrap_servers, topic, 0, 2000, partitions=2)
         secrets = {k: v for k, v in s3_server.options().items() if "secret" in k or "key_id" in k}
         table = TieredTable(storage_of(dev.zookeeper_connect, secrets), topic)
-        _wait_for(lambda: all((table.tiered_end(p) or 0) >= 300 for p in (0, 1)), 60)
+        wait_until(lambda: all((table.tiered_end(p) or 0) >= 300 for p in (0, 1)), 60,
+                   "both partitions tiered to offset 300", interval=0.25)
         register_topics(spark, zookeeper=dev.zookeeper_connect, topics=[topic],
                         storage_options=secrets)
         frame = spark.table(quote_identifier(topic))
@@ -237,10 +238,3 @@ def test_views_over_s3_storage_use_the_python_reader(
         assert "FileScan parquet" not in plan
         assert sorted(int(r.v) for r in frame.selectExpr(
             "CAST(value AS STRING) AS v").collect()) == list(range(2000))
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.25)

@@ -14,7 +14,6 @@ broker log does not grow per tier attempt; storage that fails is logged with a c
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import random
@@ -36,7 +35,7 @@ from loglake.broker.failure_log import FailureLog
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.client.admin import Admin
 from loglake.compaction.rewrite import RewritePlan, rewrite_partition
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments import batch, checkpoint
 from loglake.segments.filenames import LOG_SUFFIX, RECOVERY_POINT_CHECKPOINT, parse_segment_name
 from loglake.segments.records import Compression, Record, encode_batch
@@ -582,9 +581,10 @@ def _consume_all(bootstrap: str, topic: str, *, expected: int, high: int,
     return got, errors
 
 
-def test_broker_tiers_past_a_log_poisoned_before_it_started(tmp_path: Path) -> None:
+def test_broker_tiers_past_a_log_poisoned_before_it_started(tmp_path: Path,
+                                                            zookeeper_hosts: str) -> None:
     topic = "poisoned"
-    with DevCluster(tmp_path / "c", brokers=1) as dev:
+    with DevCluster(tmp_path / "c", zookeeper=zookeeper_hosts, brokers=1) as dev:
         create_topic(dev.bootstrap_servers, topic, partitions=1,
                      config={**SMALL_SEGMENTS, "remote.storage.enable": "false"})
         small = {"batch.num.messages": 20}
@@ -678,11 +678,12 @@ def _first_offset_from(bootstrap: str, topic: str, offset: int, timeout: float =
         consumer.close()
 
 
-def test_failing_storage_is_logged_with_a_count_and_reported(tmp_path: Path) -> None:
+def test_failing_storage_is_logged_with_a_count_and_reported(tmp_path: Path,
+                                                             zookeeper_hosts: str) -> None:
     """Tiering that keeps failing (here: the table's partition directory is a file) logs one
     traceback, backs off, shows in the status, and resumes once the storage works."""
     topic = "blocked"
-    with DevCluster(tmp_path / "c", brokers=1) as dev:
+    with DevCluster(tmp_path / "c", zookeeper=zookeeper_hosts, brokers=1) as dev:
         storage = Storage.from_url(dev.storage_url)
         table = TieredTable(storage, topic)
         create_topic(dev.bootstrap_servers, topic, partitions=1,
@@ -709,10 +710,9 @@ def test_failing_storage_is_logged_with_a_count_and_reported(tmp_path: Path) -> 
         blocker.unlink()
         ends = _wait_tiered_end(storage, topic, timeout=90)
         assert ends > 0
-        deadline = time.monotonic() + 15  # logged once the tier pass ends, after the commit
-        while (f"tiering {topic}-0 works again after" not in dev.broker_log(1)[log_before:]
-               and time.monotonic() < deadline):
-            time.sleep(0.2)
+        # logged once the tier pass ends, after the commit
+        wait_until(lambda: f"tiering {topic}-0 works again after"
+                   in dev.broker_log(1)[log_before:], 15, "the 'works again' line", interval=0.2)
         text = dev.broker_log(1)[log_before:]
         assert f"tiering {topic}-0 works again after" in text
         assert text.count(f"tiering {topic}-0 failed") == 1
@@ -722,14 +722,14 @@ def _wait_status(zookeeper: str, topic: str, done: Any, timeout: float = 60) -> 
     catalog = ClusterCatalog(zookeeper)
     catalog.start()
     try:
-        deadline = time.monotonic() + timeout
-        status: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            status = catalog.tiering_status(topic).get(0, {})
-            if done(status):
-                return status
-            time.sleep(0.3)
-        raise AssertionError(f"tiering status of {topic} never matched: {status}")
+        last: dict[str, Any] = {}
+
+        def matched() -> dict[str, Any] | None:
+            status = last["status"] = catalog.tiering_status(topic).get(0, {})
+            return status if done(status) else None
+
+        return wait_until(matched, timeout, lambda: f"tiering status of {topic} never matched: "
+                          f"{last.get('status')}", interval=0.3)
     finally:
         catalog.stop()
 
@@ -745,12 +745,6 @@ def _cli_status(main: Any, topic: str, zookeeper: str) -> str:
 
 
 def _wait_tiered_end(storage: Storage, topic: str, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):
-            end = TieredTable(storage, topic).tiered_end(0)
-            if end:
-                return end
-        time.sleep(0.3)
-    raise AssertionError(f"{topic} was never tiered")
+    return wait_until(lambda: TieredTable(storage, topic).tiered_end(0), timeout,
+                      f"{topic} was never tiered", interval=0.3, ignore=(Exception,))
 

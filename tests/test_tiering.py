@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 
 from loglake.client.admin import Admin
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments.storage import Storage
 from loglake.segments.tiered_table import TieredTable
 from tests.admin_util import create_topic
@@ -138,11 +138,9 @@ def test_local_retention_without_tiering_follows_retention_bytes(cluster, topic_
     create_topic(cluster.bootstrap_servers, topic_name, config={
         **SMALL_SEGMENTS, "remote.storage.enable": "false", "retention.bytes": "100000"})
     produce(cluster.bootstrap_servers, topic_name, 4000)
-    deadline = time.monotonic() + 30
-    low = 0
-    while low == 0 and time.monotonic() < deadline:
-        low, high = _watermarks(cluster.bootstrap_servers, topic_name, 0)
-        time.sleep(0.3)
+    low, high = wait_until(
+        lambda: (marks := _watermarks(cluster.bootstrap_servers, topic_name, 0))[0] > 0
+        and marks, 30, "the local log start to move past 0", interval=0.3)
     assert low > 0 and high == 4000
 
 
@@ -153,19 +151,16 @@ def test_deleting_a_topic_deletes_its_table(cluster, topic_name):
     with Admin(cluster.bootstrap_servers) as admin:
         admin.delete_topic(topic_name)
     table_dir = Path(Storage.from_url(cluster.storage_url).table_uri(topic_name))
-    deadline = time.monotonic() + 15
-    while table_dir.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not table_dir.exists()
+    wait_until(lambda: not table_dir.exists(), 15, f"{table_dir} deleted", interval=0.2)
 
 
 @pytest.mark.parametrize("point", ["tier-after-write", "tier-after-commit"])
-def test_tiering_is_exactly_once_across_a_crash(tmp_path, monkeypatch, point):
+def test_tiering_is_exactly_once_across_a_crash(tmp_path, monkeypatch, point, zookeeper_hosts: str):
     """SIGKILL the broker between Parquet write and Delta commit, and between the commit and
     its bookkeeping: after a restart the table holds every sealed record exactly once."""
     topic = "crashy"
     monkeypatch.setenv("LOGLAKE_CRASH_AT", point)
-    with DevCluster(tmp_path / "c", brokers=1) as dev:
+    with DevCluster(tmp_path / "c", zookeeper=zookeeper_hosts, brokers=1) as dev:
         # produce with tiering off (every record acknowledged), then switch it on: the broker
         # dies at the crash point on its first tiering attempt
         create_topic(dev.bootstrap_servers, topic, partitions=1,
@@ -173,10 +168,8 @@ def test_tiering_is_exactly_once_across_a_crash(tmp_path, monkeypatch, point):
         sent = produce(dev.bootstrap_servers, topic, 1500)  # rolls a few segments
         with Admin(dev.bootstrap_servers) as admin:
             admin.alter_config(topic, set={"remote.storage.enable": "true"})
-        deadline = time.monotonic() + 30
-        while _broker_alive(dev) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _broker_alive(dev), f"the broker did not crash at {point}"
+        wait_until(lambda: not _broker_alive(dev), 30, f"the broker did not crash at {point}",
+                   interval=0.2)
         storage = Storage.from_url(dev.storage_url)
         table_dir = Path(storage.table_uri(topic))
         files_on_disk = list(table_dir.rglob("*.parquet"))
@@ -195,11 +188,12 @@ def test_tiering_is_exactly_once_across_a_crash(tmp_path, monkeypatch, point):
 
 
 @pytest.mark.slow
-def test_tiering_survives_leader_failover(tmp_path):
+def test_tiering_survives_leader_failover(tmp_path, zookeeper_hosts: str):
     """3 brokers, RF 3: kill the leader while it tiers; the new leader continues from the
     table's app-transaction version; every sealed record is in the table exactly once."""
     topic = "failover"
-    with DevCluster(tmp_path / "c", brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev:
+    with DevCluster(tmp_path / "c", zookeeper=zookeeper_hosts,
+                    brokers=3, broker_overrides=REPLICATION_OVERRIDES) as dev:
         create_replicated_topic(dev.bootstrap_servers, topic, partitions=1,
                                 config=SMALL_SEGMENTS)
         with ProducerLoop(dev.bootstrap_servers, topic, partitions=1, rate=1500,
@@ -218,13 +212,13 @@ def test_tiering_survives_leader_failover(tmp_path):
         assert_table_matches(dev.storage_url, topic, 0, log, up_to=ends[0])
 
 
-def test_tiering_and_tier_reads_on_s3(tmp_path, monkeypatch, s3_server):
+def test_tiering_and_tier_reads_on_s3(tmp_path, monkeypatch, s3_server, zookeeper_hosts: str):
     """The same tiering and read path against an S3 endpoint on loopback."""
     for key, value in s3_server.env().items():
         monkeypatch.setenv(key, value)
     url = s3_server.url(f"lake-{os.getpid()}-{time.monotonic_ns()}")
     topic = "s3topic"
-    with DevCluster(tmp_path / "c", brokers=1, storage=url) as dev:
+    with DevCluster(tmp_path / "c", zookeeper=zookeeper_hosts, brokers=1, storage=url) as dev:
         create_topic(dev.bootstrap_servers, topic, partitions=1,
                      config={**SMALL_SEGMENTS, "local.retention.ms": "0"})
         sent = produce(dev.bootstrap_servers, topic, 1500)

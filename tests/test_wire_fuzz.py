@@ -87,9 +87,9 @@ class LiveBroker:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveBroker]:
+def live(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Iterator[LiveBroker]:
     data = tmp_path_factory.mktemp("wire-fuzz")
-    with DevCluster(data / "dev", brokers=1, broker_overrides={
+    with DevCluster(data / "dev", zookeeper=zookeeper_hosts, brokers=1, broker_overrides={
         "socket.request.max.bytes": str(FRAME_MAX),
         "queued.max.request.bytes": str(BUDGET),
         "queued.max.request.bytes.per.connection": str(READ_AHEAD),

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kazoo.client import KazooClient
 
 from loglake.catalog.zookeeper import ClusterCatalog
+from loglake.dev.harness import wait_until
 from loglake.segments.storage import Storage
 from loglake.segments.tiered_table import TieredTable
 
@@ -117,17 +118,18 @@ def wait_tiered(storage: str | Storage, topic: str, partitions: Iterable[int], *
     table = TieredTable(storage if isinstance(storage, Storage) else Storage.from_url(storage),
                         topic)
     wanted = list(partitions)
-    deadline = time.monotonic() + timeout
-    ends: dict[int, int | None] = {}
-    while time.monotonic() < deadline:
-        try:
-            ends = {p: table.tiered_end(p) for p in wanted}
-        except Exception:  # table not created yet
-            ends = {}
+
+    last: dict[str, object] = {}
+
+    def reached() -> dict[int, int] | None:
+        ends = last["ends"] = {p: table.tiered_end(p) for p in wanted}
         if ends and all(e is not None and e >= at_least for e in ends.values()):
             return {p: int(e or 0) for p, e in ends.items()}
-        time.sleep(0.3)
-    raise AssertionError(f"{topic}: tiered ends {ends} did not reach {at_least} in {timeout}s")
+        return None
+
+    # an error while reading counts as "not yet": the table may not be created yet
+    return wait_until(reached, timeout, lambda: f"{topic}: tiered ends {last.get('ends')} did "
+                      f"not reach {at_least}", interval=0.3, ignore=(Exception,))
 
 
 def wait_local_start(zookeeper_connect: str, topic: str, partitions: Iterable[int], *,
@@ -137,15 +139,15 @@ def wait_local_start(zookeeper_connect: str, topic: str, partitions: Iterable[in
     catalog = ClusterCatalog(zookeeper_connect)
     catalog.start()
     try:
-        deadline = time.monotonic() + timeout
-        status: dict[int, dict[str, Any]] = {}
-        while time.monotonic() < deadline:
-            status = catalog.tiering_status(topic)
+        last: dict[str, object] = {}
+
+        def passed() -> dict[int, int] | None:
+            status = last["status"] = catalog.tiering_status(topic)
             starts = {p: int(status.get(p, {}).get("local_start") or 0) for p in partitions}
-            if all(s > above for s in starts.values()):
-                return starts
-            time.sleep(0.3)
-        raise AssertionError(f"{topic}: local log starts did not pass {above}: {status}")
+            return starts if all(s > above for s in starts.values()) else None
+
+        return wait_until(passed, timeout, lambda: f"{topic}: local log starts did not pass "
+                          f"{above}: {last.get('status')}", interval=0.3)
     finally:
         catalog.stop()
 
