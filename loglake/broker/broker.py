@@ -88,6 +88,7 @@ from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
 from loglake.broker.producer_ids import ProducerIds
 from loglake.broker.replica_manager import ReplicaManager
+from loglake.broker.replica_states import ReplicaStates
 from loglake.broker.replication_quota import ReplicationQuotas
 from loglake.broker.services import BrokerServices
 from loglake.broker.tiering import Tierer
@@ -153,6 +154,10 @@ class Broker:
         self.replicas = ReplicaManager(config, metadata=self.metadata,
                                        lease_valid=self.zk.healthy, tier=self.tierer,
                                        quotas=self.replication_quotas, clock=clock)
+        self.replica_states = ReplicaStates(
+            broker_id=config.broker_id, replicas=self.replicas, logs=self.logs,
+            metadata=self.metadata, fetchers=self.fetchers, zk=self.zk, spawn=self._spawn,
+            stopping=self._is_stopping, on_roll=self.tierer.poke, clock=clock)
         self.producer_ids = ProducerIds(self.zk, config.broker_id)
         self.services = BrokerServices(
             config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,
@@ -235,12 +240,7 @@ class Broker:
             task.cancel()
         await self.fetchers.shutdown()
         self.tierer.close()
-        for partition in self.partitions.values():
-            try:
-                partition.close()
-            except Exception:
-                log.exception("closing %s failed", partition.name)
-        self.partitions.clear()
+        self.replica_states.close_all()
         await self.zk.close()
 
     def _is_stopping(self) -> bool:
@@ -289,9 +289,7 @@ class Broker:
             try:
                 await self.zk.call(self._register)
                 self.zk.renew_lease()
-                for topic, index in list(self.offline_partitions):  # went with the old session
-                    await self.zk.call(self.catalog.set_replica_offline,
-                                       self.config.broker_id, topic, index, True)
+                await self.replica_states.republish_offline()  # went with the old session
                 await self._refresh_brokers_now()
                 await self._reload_all_states()
                 await self._reconcile_waiting()
@@ -447,22 +445,19 @@ class Broker:
             for index, replicas in meta.assignment.items():
                 key = (name, index)
                 if me not in replicas:
-                    if key in self.partitions or key in self.offline_partitions:
-                        self._remove_replica(name, index)  # reassigned away
+                    if self.replica_states.is_hosted(name, index):
+                        self.replica_states.remove(name, index)  # reassigned away
                     elif known is None and self.logs.partition_dir(name, index).is_dir():
                         log.warning("%s-%d is not assigned to this broker (reassigned while "
                                     "it was down): deleting its local copy", name, index)
-                        self._delete_replica_dir(name, index)
+                        self.replica_states.delete_dir(name, index)
                     continue
                 hosted = self.partitions.get(key)
                 if hosted is not None and hosted.replicas != replicas:
                     hosted.set_replicas(replicas)
                     log.info("%s: replicas now %s", hosted.name, list(replicas))
-                if key not in self.partitions and key not in self.offline_partitions:
-                    self._open_partition(name, index, replicas)
-                    partition = self.partitions.get(key)
-                    if partition is not None:  # its state may have arrived before it opened
-                        self._apply_state(partition, self.metadata.partition_states.get(key))
+                if not self.replica_states.is_hosted(name, index):
+                    self.replica_states.open(name, index, replicas)
         for name in set(self.metadata.topics) - read.names:
             self._drop_topic(name)
 
@@ -507,133 +502,8 @@ class Broker:
         self.tierer.forget_topic(name)
         self.metadata.drop_topic(name)
         self._configs_seen.pop(name, None)
-        for key in [k for k in self.offline_partitions if k[0] == name]:
-            del self.offline_partitions[key]
-        for key in [k for k in self.partitions if k[0] == name]:
-            self.fetchers.remove(key)
-            partition = self.partitions.pop(key)
-            try:
-                partition.close()
-            except Exception:
-                log.exception("closing %s failed", partition.name)
-            self._delete_replica_dir(*key)
+        self.replica_states.drop_topic(name)
         log.info("deleted topic %s", name)
-
-    def _remove_replica(self, topic: str, index: int) -> None:
-        """This broker's replica of ``topic``-``index`` was reassigned away: stop fetching it,
-        close it and delete its directory (LogManager.delete: renamed aside at once, removed
-        in a worker thread)."""
-        key = (topic, index)
-        self.fetchers.remove(key)
-        partition = self.partitions.pop(key, None)
-        if partition is not None:
-            try:
-                partition.close()
-            except Exception:
-                log.exception("closing %s failed", partition.name)
-        if self.offline_partitions.pop(key, None) is not None:
-            self._spawn(self._publish_offline(topic, index, False))
-        self._delete_replica_dir(topic, index)
-        log.warning("%s-%d: replica reassigned away from this broker; its local copy is "
-                    "deleted", topic, index)
-
-    def _delete_replica_dir(self, topic: str, index: int) -> None:
-        removal = self.logs.delete(topic, index)
-        if removal is not None:
-            self._spawn(removal)
-
-    # ------------------------------------------------------------------ replicas
-    def _open_partition(self, topic: str, index: int, replicas: tuple[int, ...]) -> None:
-        """Open a hosted replica. One that cannot be opened goes offline; it never stops the
-        broker or its other partitions (see :meth:`_replace_offline_replica`)."""
-        key = (topic, index)
-        try:
-            partition = Partition(
-                topic, index, self.logs.create(topic, index),
-                self.metadata.topic_configs[topic], broker_id=self.config.broker_id,
-                replicas=replicas, clock=self.clock,
-            )
-        except Exception as exc:  # any failure (I/O, damage, a bug): this partition only
-            reason = f"{type(exc).__name__}: {exc}"
-            self.offline_partitions[key] = reason
-            self._spawn(self._publish_offline(topic, index, True))
-            log.error("%s-%d cannot be opened and is offline: %s", topic, index, reason)
-            if len(replicas) > 1 and not self.stopping:
-                self._spawn(self._replace_offline_replica(topic, index, replicas))
-            return
-        if self.offline_partitions.pop(key, None) is not None:
-            self._spawn(self._publish_offline(topic, index, False))
-        partition.log.on_roll = self.tierer.poke
-        self.partitions[key] = partition
-        damage = partition.log.recovery_damage
-        if damage is not None:
-            log.warning("%s: recovery cut the log at offset %d (%s); dropped %d later "
-                        "segment(s); the replica re-fetches from there and stays out of the "
-                        "ISR until it has", partition.name, damage.truncated_at, damage.reason,
-                        len(damage.dropped_segments))
-        log.info("opened %s at offsets [%d, %d), hw %d", partition.name,
-                 partition.log_start_offset, partition.log.log_end_offset,
-                 partition.high_watermark)
-
-    async def _publish_offline(self, topic: str, index: int, offline: bool) -> None:
-        """Tell the cluster (Metadata of every broker) that our replica is offline or back."""
-        try:
-            await self.zk.step("publishing an offline replica",
-                               self.catalog.set_replica_offline,
-                               self.config.broker_id, topic, index, offline)
-        except CatalogClosedError:
-            return
-        except Exception as exc:
-            log.warning("could not publish %s-%d as %s: %s", topic, index,
-                        "offline" if offline else "online", exc)
-
-    async def _replace_offline_replica(self, topic: str, index: int,
-                                       replicas: tuple[int, ...]) -> None:
-        """Re-replicate an offline replica from the others, once that cannot lose data.
-
-        Steps: (1) make sure this broker neither leads the partition nor is in its ISR (a
-        version-checked write handing leadership to another live ISR member and/or leaving
-        the ISR, as a controlled shutdown does); while that is impossible (no other in-sync
-        replica is alive) the replica stays offline and this is retried; (2) rename the
-        damaged directory aside (``<dir>.<ms>.damaged``, kept for the operator); (3) open an
-        empty replica, which fetches everything from the leader and rejoins the ISR once it
-        has caught up.
-        """
-        key = (topic, index)
-        me = self.config.broker_id
-        for _ in range(720):  # bounded: about an hour of retries at 5 s
-            if (self.stopping or key not in self.offline_partitions
-                    or topic not in self.metadata.topics):
-                return
-            try:
-                state = await self.zk.call(self.catalog.partition_state, topic, index)
-                if state is not None and (state.leader == me or me in state.isr):
-                    moves = election.shutdown_moves(
-                        [election.PartitionView(topic, index, replicas, state)], me,
-                        set(self.metadata.live_brokers))
-                    if moves:
-                        await self.zk.call(self.catalog.update_partition_state, topic, index,
-                                           moves[0].state)
-                        log.warning("%s-%d (offline here): %s", topic, index,
-                                    moves[0].reason.replace("controlled shutdown of", "replica"))
-                        continue  # re-read: the write must have landed
-                else:
-                    if key in self.partitions or key not in self.offline_partitions:
-                        return  # reopened meanwhile
-                    aside = self.logs.move_aside_damaged(topic, index)
-                    if aside is not None:
-                        log.warning("%s-%d: damaged replica moved to %s; re-replicating it "
-                                    "from the leader", topic, index, aside.name)
-                    self._open_partition(topic, index, replicas)
-                    partition = self.partitions.get(key)
-                    if partition is not None:
-                        self._apply_state(partition, self.metadata.partition_states.get(key))
-                    return
-            except StaleStateError:
-                continue
-            except Exception as exc:
-                log.warning("%s-%d stays offline: %s", topic, index, exc)
-            await asyncio.sleep(5.0)
 
     # ------------------------------------------------------------------ partition states
     def _state_watcher(self, topic: str, index: int) -> Callable[[PartitionState | None], None]:
@@ -645,7 +515,7 @@ class Broker:
         assert state is not None
         partition = self.partitions.get((topic, index))
         if partition is not None:
-            self._apply_state(partition, state)
+            self.replica_states.apply_state(partition, state)
         meta = self.metadata.topics.get(topic)
         if self.controller.active and meta is not None and index in meta.reassigning:
             self.controller.poke()  # an ISR change may complete the reassignment
@@ -655,20 +525,6 @@ class Broker:
             await self.zk.call(self.catalog.all_partition_states)
         ).items():
             self._on_state(topic, index, state)
-
-    def _apply_state(self, partition: Partition, state: PartitionState | None) -> None:
-        key = (partition.topic, partition.index)
-        if state is None or self.partitions.get(key) is not partition:
-            return
-        if partition.state is not None and state.zk_version < partition.state.zk_version:
-            return  # an older notification overtaken by a newer read
-        was = (partition.role, partition.leader_id, partition.leader_epoch)
-        restart_following = partition.apply_state(state)
-        now = (partition.role, partition.leader_id, partition.leader_epoch)
-        if was != now:
-            log.info("%s: %s of epoch %d (leader %d, isr %s)", partition.name,
-                     partition.role.value, state.leader_epoch, state.leader, list(state.isr))
-        self.fetchers.update(partition, state, restart_following=restart_following)
 
     # ------------------------------------------------------------------ ISR maintenance
     async def _isr_loop(self) -> None:
