@@ -8,7 +8,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from loglake.dev.harness import wait_until
 from tests.admin_util import create_topic
+from tests.clients import consume_messages, poll_message
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -18,19 +20,11 @@ def _consume(bootstrap: str, topic: str, partitions: int, expected: int,
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "interop-unused",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    messages = []
-    deadline = time.monotonic() + timeout
     try:
-        while len(messages) < expected and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=10000, timeout=0.5):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise AssertionError(msg.error())
-                messages.append(msg)
+        return consume_messages(consumer, expected, timeout=timeout, batch=10000,
+                                what=f"records of {topic}")
     finally:
         consumer.close()
-    return messages
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -124,18 +118,12 @@ def test_offsets_for_times_and_seek(cluster, topic_name):
         low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=10)
         assert (low, high) == (0, 10)
         consumer.assign([TopicPartition(topic_name, 0, 7)])
-        msg = None
-        deadline = time.monotonic() + 10
-        while msg is None and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-        assert msg is not None and msg.offset() == 7 and msg.value() == b"7"
+        msg = poll_message(consumer, timeout=10, what="a record at offset 7")
+        assert msg.offset() == 7 and msg.value() == b"7"
         assert msg.timestamp()[1] == base + 7000
         consumer.seek(TopicPartition(topic_name, 0, 2))
-        msg = None
-        deadline = time.monotonic() + 10
-        while msg is None and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-        assert msg is not None and msg.offset() == 2
+        msg = poll_message(consumer, timeout=10, what="a record after the seek")
+        assert msg.offset() == 2
     finally:
         consumer.close()
 
@@ -172,10 +160,8 @@ def test_admin_create_describe_alter_delete(cluster, topic_name):
     assert invalid.value.args[0].code() == KafkaError.INVALID_CONFIG
     assert "segment.bytes" in invalid.value.args[0].str()
     admin.delete_topics([topic_name])[topic_name].result(10)
-    deadline = time.monotonic() + 10
-    while topic_name in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert topic_name not in admin.list_topics(timeout=10).topics
+    wait_until(lambda: topic_name not in admin.list_topics(timeout=10).topics, 10,
+               f"{topic_name} gone from the metadata", interval=0.2)
 
 
 def test_create_topic_rejects_invalid_config(cluster, topic_name):
