@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 import uuid
@@ -83,6 +82,7 @@ from loglake.broker.controller import Controller
 from loglake.broker.dynamic_config import DynamicBrokerConfig
 from loglake.broker.fetcher_manager import ReplicaFetcherManager
 from loglake.broker.groups.coordinator import GroupCoordinator
+from loglake.broker.isr_manager import IsrManager
 from loglake.broker.log_manager import LogManager
 from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
@@ -111,7 +111,6 @@ from loglake.errors import LoglakeError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-ISR_CHECK_S = 0.5
 SHUTDOWN_HANDOVER_S = 10.0
 RECONCILE_RETRY_S = 1.0
 
@@ -158,6 +157,9 @@ class Broker:
             broker_id=config.broker_id, replicas=self.replicas, logs=self.logs,
             metadata=self.metadata, fetchers=self.fetchers, zk=self.zk, spawn=self._spawn,
             stopping=self._is_stopping, on_roll=self.tierer.poke, clock=clock)
+        self.isr = IsrManager(
+            broker_id=config.broker_id, replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            replicas=self.replicas, metadata=self.metadata, zk=self.zk, on_written=self._on_state)
         self.producer_ids = ProducerIds(self.zk, config.broker_id)
         self.services = BrokerServices(
             config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,
@@ -224,7 +226,7 @@ class Broker:
             await self.zk.step("publishing the tier storage", self.catalog.publish_storage,
                                storage.url, dict(storage.options))
         for coroutine in (self.replicas.flush_loop(), self.zk.lease_loop(self._on_not_registered),
-                          self._isr_loop(), self.controller.run(), self.groups.run(),
+                          self.isr.run(), self.controller.run(), self.groups.run(),
                           self.tierer.run()):
             self._tasks.append(asyncio.create_task(coroutine))
         self._running = True
@@ -525,37 +527,6 @@ class Broker:
             await self.zk.call(self.catalog.all_partition_states)
         ).items():
             self._on_state(topic, index, state)
-
-    # ------------------------------------------------------------------ ISR maintenance
-    async def _isr_loop(self) -> None:
-        while True:
-            await asyncio.sleep(ISR_CHECK_S)
-            if not self.zk.healthy():
-                continue
-            for partition in list(self.partitions.values()):
-                if partition.role is not Role.LEADER or partition.state is None:
-                    continue
-                lagging, caught_up = partition.isr_changes(self.config.replica_lag_time_max_ms)
-                new = election.isr_change(partition.state, self.config.broker_id,
-                                          partition.replicas, lagging, caught_up)
-                if new is None:
-                    continue
-                # an expansion holds only while the assignment is the one we know (a
-                # reassignment may have removed the replica meanwhile)
-                meta = self.metadata.topics.get(partition.topic)
-                guard = (meta.version if meta is not None and set(new.isr) - set(
-                    partition.state.isr) else None)
-                try:
-                    version = await self.zk.call(
-                        functools.partial(self.catalog.update_partition_state,
-                                          assignment_version=guard),
-                        partition.topic, partition.index, new)
-                except StaleStateError:
-                    continue  # the watch brings the newer state
-                log.warning("%s: ISR %s -> %s", partition.name, list(partition.isr),
-                            list(new.isr))
-                self._on_state(partition.topic, partition.index, PartitionState(
-                    new.leader, new.leader_epoch, new.isr, new.controller_epoch, version))
 
     async def _controlled_shutdown(self) -> None:
         if not self.zk.healthy():
