@@ -2,18 +2,24 @@
 
 ``collect_until`` gathers what a fetch function returns until there are ``count`` items;
 ``consume_messages`` does that for a confluent-kafka consumer (assigned or subscribed by the
-caller), skipping end-of-partition events. Both stop at ``count`` or after ``timeout`` seconds,
-whichever comes first, and raise AssertionError saying how many of how many arrived. They run on
-the caller's thread and start nothing; the caller owns (and closes) the consumer.
+caller), skipping end-of-partition events, ``read_records`` for the SDK's consumer. They stop at
+``count`` or after ``timeout`` seconds, whichever comes first, and raise AssertionError saying
+how many of how many arrived. ``topic_with_records`` makes a filled topic for group tests;
+``poll_until_assigned`` and ``poll_pair`` drive group members
+through a rebalance. Everything runs on the caller's thread and starts nothing; the caller owns
+(and closes) the consumers.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Literal, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Message
 
+from loglake.client import Admin, Producer, Record
+from loglake.client import Consumer as SdkConsumer
 from loglake.dev.harness import wait_until
 
 T = TypeVar("T")
@@ -66,3 +72,51 @@ def poll_message(consumer: Consumer, *, timeout: float, poll: float = 0.5,
     [msg] = collect_until(lambda: [m for m in [consumer.poll(poll)] if m is not None], 1,
                           timeout=timeout, what=what)
     return msg
+
+
+def read_records(consumer: SdkConsumer, count: int, *, timeout: float,
+                 poll: float = 0.2) -> list[Record]:
+    """``consumer.poll(poll)`` (the SDK's consumer) until ``count`` records arrived; return
+    exactly those. AssertionError after ``timeout`` seconds."""
+    return collect_until(lambda: [r for r in [consumer.poll(poll)] if r is not None], count,
+                         timeout=timeout, what="records read")
+
+
+def poll_until_assigned(consumer: SdkConsumer, partitions: int, *, timeout: float,
+                        poll: float = 0.1) -> None:
+    """Poll a group member until it owns ``partitions`` partitions (AssertionError after
+    ``timeout`` seconds)."""
+
+    def owns_all() -> bool:
+        consumer.poll(poll)
+        return len(consumer.assignment()) >= partitions
+
+    wait_until(owns_all, timeout,
+               lambda: f"member owns {sorted(consumer.assignment())}, not {partitions} "
+                       "partitions", interval=0)
+
+
+def poll_pair(first: SdkConsumer, second: SdkConsumer, *, poll: float = 0.05
+              ) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """Poll two members of one group once each; return what each owns. Fails (AssertionError)
+    if they own a partition in common."""
+    first.poll(poll)
+    second.poll(poll)
+    mine, theirs = set(first.assignment()), set(second.assignment())
+    assert not mine & theirs, f"partitions owned by both members: {sorted(mine & theirs)}"
+    return mine, theirs
+
+
+def topic_with_records(bootstrap: str, prefix: str, *, partitions: int, records: int,
+                       value: bytes = b"v%d") -> str:
+    """Create the topic ``<prefix>-<random>`` with ``partitions`` partitions (replication factor
+    1), send ``value % i`` to partition ``i % partitions`` for each ``i`` below ``records``
+    (flushed), and return its name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    with Admin(bootstrap, timeout=60) as admin:
+        admin.create_topic(name, partitions=partitions)
+    with Producer(bootstrap) as producer:
+        for i in range(records):
+            producer.send(name, value % i, partition=i % partitions)
+        producer.flush()
+    return name

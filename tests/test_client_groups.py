@@ -11,8 +11,9 @@ import pytest
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
-from loglake.client import Admin, BrokerError, Consumer, Producer, Record
+from loglake.client import Admin, BrokerError, Consumer, Record
 from loglake.dev.harness import DevCluster, wait_until
+from tests.clients import poll_pair, poll_until_assigned, read_records, topic_with_records
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -28,14 +29,8 @@ def dev(group_dev: DevCluster) -> DevCluster:
 
 @pytest.fixture
 def topic(dev: DevCluster) -> str:
-    name = f"sdk-{uuid.uuid4().hex[:8]}"
-    with Admin(dev.bootstrap_servers, timeout=60) as admin:
-        admin.create_topic(name, partitions=PARTITIONS)
-    with Producer(dev.bootstrap_servers) as producer:
-        for i in range(RECORDS):
-            producer.send(name, b"v%d" % i, partition=i % PARTITIONS)
-        producer.flush()
-    return name
+    return topic_with_records(dev.bootstrap_servers, "sdk", partitions=PARTITIONS,
+                              records=RECORDS)
 
 
 @pytest.fixture
@@ -49,14 +44,7 @@ def _member(dev: DevCluster, group: str, **kwargs: object) -> Consumer:
 
 
 def _read(consumer: Consumer, count: int) -> list[Record]:
-    records: list[Record] = []
-    deadline = time.monotonic() + WAIT_S
-    while len(records) < count and time.monotonic() < deadline:
-        record = consumer.poll(0.2)
-        if record is not None:
-            records.append(record)
-    assert len(records) == count
-    return records
+    return read_records(consumer, count, timeout=WAIT_S)
 
 
 def test_manual_commit_of_processed_position(dev: DevCluster, topic: str, group: str) -> None:
@@ -131,19 +119,15 @@ def test_rebalance_callbacks_on_member_join(dev: DevCluster, topic: str, group: 
         return consumer
 
     with member("a") as first:
-        deadline = time.monotonic() + WAIT_S
-        while len(first.assignment()) < PARTITIONS and time.monotonic() < deadline:
-            first.poll(0.1)
+        poll_until_assigned(first, PARTITIONS, timeout=WAIT_S)
         with member("b") as second:
-            deadline = time.monotonic() + WAIT_S
-            while time.monotonic() < deadline:
-                first.poll(0.05)
-                second.poll(0.05)
-                mine, theirs = set(first.assignment()), set(second.assignment())
-                assert not mine & theirs
-                if mine and theirs and len(mine | theirs) == PARTITIONS:
-                    break
-            assert len(set(first.assignment()) | set(second.assignment())) == PARTITIONS
+
+            def both_own_some() -> bool:
+                mine, theirs = poll_pair(first, second)
+                return bool(mine and theirs and len(mine | theirs) == PARTITIONS)
+
+            wait_until(both_own_some, WAIT_S, "the two members split the partitions",
+                       interval=0)
     all_parts = [(topic, p) for p in range(PARTITIONS)]
     assert events[0] == ("a", "assign", all_parts)
     assert ("a", "revoke", all_parts) in events  # eager (range): everything is revoked

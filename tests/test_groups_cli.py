@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from typing import Any
 
 import pytest
 
-from loglake.client import Admin, Consumer, Producer, Record
+from loglake.client import Consumer
 from loglake.dev.harness import DevCluster
+from tests.clients import poll_until_assigned, read_records, topic_with_records
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -27,14 +27,8 @@ def dev(group_dev: DevCluster) -> DevCluster:
 
 @pytest.fixture
 def topic(dev: DevCluster) -> str:
-    name = f"cli-{uuid.uuid4().hex[:8]}"
-    with Admin(dev.bootstrap_servers, timeout=60) as admin:
-        admin.create_topic(name, partitions=PARTITIONS)
-    with Producer(dev.bootstrap_servers) as producer:
-        for i in range(RECORDS):
-            producer.send(name, b"line-%d" % i, partition=i % PARTITIONS)
-        producer.flush()
-    return name
+    return topic_with_records(dev.bootstrap_servers, "cli", partitions=PARTITIONS,
+                              records=RECORDS, value=b"line-%d")
 
 
 @pytest.fixture
@@ -101,12 +95,7 @@ def test_describe_shows_members_assignment_and_lag(
     with Consumer(dev.bootstrap_servers, group_id=group, client_id="describe-me",
                   session_timeout_ms=6000, heartbeat_interval_ms=1000) as consumer:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + 60
-        records: list[Record] = []
-        while len(records) < 4 and time.monotonic() < deadline:
-            record = consumer.poll(0.2)
-            if record is not None:
-                records.append(record)
+        read_records(consumer, 4, timeout=60)
         consumer.commit()
         text = ok(loglake(dev, "groups", "describe", group))
         state = describe(dev, group)
@@ -130,9 +119,7 @@ def test_reset_offsets_refused_while_group_has_members(
     with Consumer(dev.bootstrap_servers, group_id=group, session_timeout_ms=6000,
                   heartbeat_interval_ms=1000) as consumer:
         consumer.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while not consumer.assignment() and time.monotonic() < deadline:
-            consumer.poll(0.2)
+        poll_until_assigned(consumer, 1, timeout=60, poll=0.2)
         consumer.commit(offsets={(topic, 0): 3})
         refused = loglake(dev, "groups", "reset-offsets", group, "--topic", topic,
                           "--to-earliest")

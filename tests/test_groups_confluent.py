@@ -22,7 +22,8 @@ import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 
 from loglake.client import Admin, Consumer, Producer
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
+from tests.clients import poll_pair, poll_until_assigned
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -79,20 +80,38 @@ def _sample(consumers: Sequence[KafkaConsumer]) -> list[set[int]]:
 
 def _settle(consumers: Sequence[KafkaConsumer], *, timeout: float = SETTLE_TIMEOUT_S,
             partitions: int = PARTITIONS) -> list[set[int]]:
-    """Poll until the members together own every partition and each owns at least one."""
-    deadline = time.monotonic() + timeout
-    stable_since: float | None = None
-    while time.monotonic() < deadline:
+    """Poll until the members together own every partition and each owns at least one, and
+    that held for a second."""
+    done_since: list[float] = []
+
+    def settled() -> list[set[int]] | None:
         owned = _sample(consumers)
         done = (set().union(*owned) == set(range(partitions))
                 and all(owned) if len(consumers) <= partitions else True)
-        if done:
-            stable_since = stable_since or time.monotonic()
-            if time.monotonic() - stable_since >= 1.0:  # the same for a second: settled
-                return owned
-        else:
-            stable_since = None
-    raise AssertionError(f"group did not settle within {timeout} s: {_sample(consumers)}")
+        if not done:
+            done_since.clear()
+            return None
+        done_since[:] = done_since or [time.monotonic()]
+        return owned if time.monotonic() - done_since[0] >= 1.0 else None
+
+    return wait_until(settled, timeout, lambda: f"group did not settle: {_sample(consumers)}",
+                      interval=0)
+
+
+def _read_distinct(members: Sequence[Consumer], records: int) -> set[bytes]:
+    """Poll the members in turn until together they read ``records`` distinct values."""
+    values: set[bytes] = set()
+
+    def read_all() -> bool:
+        for member in members:
+            record = member.poll(0.05)
+            if record is not None and record.value is not None:
+                values.add(record.value)
+        return len(values) >= records
+
+    wait_until(read_all, SETTLE_TIMEOUT_S, lambda: f"read {len(values)} of {records} values",
+               interval=0)
+    return values
 
 
 def _close_all(consumers: Sequence[KafkaConsumer]) -> None:
@@ -163,16 +182,18 @@ def test_sigkilled_member_partitions_move_within_session_timeout(
         assert doomed.stdout is not None
         os.set_blocking(doomed.stdout.fileno(), False)
         child_owned: list[int] = []
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while time.monotonic() < deadline:
+        owned: list[set[int]] = []
+
+        def three_settled() -> bool:
+            nonlocal child_owned, owned
             owned = _sample(members)
             for line in doomed.stdout.readlines():
                 child_owned = json.loads(line)
             both = set().union(*owned)
-            if len(child_owned) == 2 and not both & set(child_owned) and len(both) == 4:
-                break
-        else:
-            raise AssertionError(f"3-member group did not settle: {owned} + {child_owned}")
+            return len(child_owned) == 2 and not both & set(child_owned) and len(both) == 4
+
+        wait_until(three_settled, SETTLE_TIMEOUT_S,
+                   lambda: f"3-member group did not settle: {owned} + {child_owned}", interval=0)
 
         doomed.send_signal(signal.SIGKILL)  # only the member process this test started
         doomed.wait(timeout=10)
@@ -201,13 +222,7 @@ def test_two_groups_each_receive_every_record(dev: DevCluster) -> None:
             for member in members:
                 member.subscribe([topic])
             # a set: records read before the second member's join may be read again after it
-            values: set[bytes] = set()
-            deadline = time.monotonic() + SETTLE_TIMEOUT_S
-            while len(values) < records and time.monotonic() < deadline:
-                for member in members:
-                    record = member.poll(0.05)
-                    if record is not None and record.value is not None:
-                        values.add(record.value)
+            values = _read_distinct(members, records)
             for member in members:
                 member.commit()
             received[group] = values
@@ -240,20 +255,10 @@ def test_cooperative_sticky_moves_only_what_it_must(dev: DevCluster) -> None:
     first = member("a")
     second: Consumer | None = None
     try:
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while len(first.assignment()) < PARTITIONS and time.monotonic() < deadline:
-            first.poll(0.1)
-        assert len(first.assignment()) == PARTITIONS
+        poll_until_assigned(first, PARTITIONS, timeout=SETTLE_TIMEOUT_S)
         second = member("b")
-        deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while time.monotonic() < deadline:
-            first.poll(0.05)
-            second.poll(0.05)
-            mine, theirs = set(first.assignment()), set(second.assignment())
-            assert not mine & theirs
-            if len(mine) == len(theirs) == PARTITIONS // 2:
-                break
-        assert len(first.assignment()) == len(second.assignment()) == PARTITIONS // 2
+        wait_until(lambda: tuple(map(len, poll_pair(first, second))) == (PARTITIONS // 2,) * 2,
+                   SETTLE_TIMEOUT_S, "the two members split the partitions", interval=0)
         # incremental: the first member never gave up what it kept, the second only gained
         revoked = [parts for kind, parts in events["a"] if kind == "revoke"]
         assert revoked and all(len(parts) < PARTITIONS for parts in revoked)
