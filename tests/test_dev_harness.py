@@ -3,6 +3,7 @@ own chroots, ``create_topic(..., wait_isr=True)``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from loglake.dev.errors import ClusterStateError
-from loglake.dev.harness import DevCluster, wait_until
+from loglake.dev.harness import DevCluster, wait_until, wait_until_async
 
 
 def test_wait_until_returns_the_first_truthy_value() -> None:
@@ -50,6 +51,26 @@ def test_wait_until_ignores_only_listed_exceptions() -> None:
         wait_until(lambda: {}["missing"], 0.1, "never", interval=0.02, ignore=(KeyError,))
     with pytest.raises(ZeroDivisionError):
         wait_until(lambda: 1 / 0, 5, "never", ignore=(KeyError,))
+
+
+def test_wait_until_async_awaits_coroutine_and_plain_predicates() -> None:
+    values = iter([0, "", 5])
+
+    async def predicate() -> object:
+        return next(values)
+
+    async def never() -> int:
+        return 0
+
+    async def scenario() -> object:
+        found = await wait_until_async(predicate, 5, "never", interval=0.01)
+        with pytest.raises(AssertionError, match=r"the answer \(not within 0.1s; last: 0\)"):
+            await wait_until_async(never, 0.1, "the answer", interval=0.02)
+        plain = iter([None, "plain"])
+        assert await wait_until_async(lambda: next(plain), 5, "never", interval=0.01) == "plain"
+        return found
+
+    assert asyncio.run(scenario()) == 5
 
 
 def test_clusters_share_the_session_zookeeper_under_their_own_chroots(

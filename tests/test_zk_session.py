@@ -21,6 +21,7 @@ from loglake.catalog.zookeeper import (
     PartitionState,
     Registration,
 )
+from loglake.dev.harness import wait_until_async
 
 
 class RegistrationOnly:
@@ -55,11 +56,11 @@ def test_lease_renews_while_every_zookeeper_worker_is_busy(monkeypatch: Any) -> 
                 for _ in range(zk_session.ZK_WORKERS + 4)]  # the pool is full, calls queue
         before = session.healthy()
         lease = asyncio.ensure_future(session.lease_loop(lambda _held: None))
-        deadline = time.monotonic() + 5.0
-        while not session.healthy() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        renewed = session.healthy()
-        release.set()
+        try:
+            renewed = await wait_until_async(session.healthy, 5.0, "the lease renewed",
+                                             interval=0.02)
+        finally:
+            release.set()
         await asyncio.gather(*busy)
         lease.cancel()
         await session.close()
@@ -91,10 +92,10 @@ def test_lease_loop_reports_a_registration_that_is_not_ours(monkeypatch: Any) ->
 
     async def scenario() -> None:
         lease = asyncio.ensure_future(session.lease_loop(seen.append))
-        deadline = time.monotonic() + 5.0
-        while not seen and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        lease.cancel()
+        try:
+            await wait_until_async(lambda: seen, 5.0, "a registration reported", interval=0.02)
+        finally:
+            lease.cancel()
         await session.close()
 
     asyncio.run(scenario())

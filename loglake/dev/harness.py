@@ -31,14 +31,16 @@ keeps the directory so a failing test's logs can be read (:meth:`DevCluster.brok
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from loglake.dev import cluster, net, process
 from loglake.dev.cluster import ClusterInfo, ProcessStatus
@@ -46,7 +48,7 @@ from loglake.dev.errors import ClusterStateError, StartupError
 from loglake.dev.net import free_port_block
 from loglake.dev.zookeeper import DEFAULT_TICK_TIME_MS, ZooKeeperServer
 
-__all__ = ["DevCluster", "free_port_block", "wait_until", "zookeeper"]
+__all__ = ["DevCluster", "free_port_block", "wait_until", "wait_until_async", "zookeeper"]
 
 T = TypeVar("T")
 
@@ -82,6 +84,43 @@ def wait_until(
             text = message() if callable(message) else message
             raise AssertionError(f"{text} (not within {timeout:g}s; last: {last!r})")
         time.sleep(max(0.0, min(interval, deadline - time.monotonic())))
+
+
+@overload
+async def wait_until_async(
+    predicate: Callable[[], Awaitable[T]], timeout: float, message: str | Callable[[], str], *,
+    interval: float = DEFAULT_WAIT_INTERVAL_S,
+) -> T: ...
+
+
+@overload
+async def wait_until_async(
+    predicate: Callable[[], T], timeout: float, message: str | Callable[[], str], *,
+    interval: float = DEFAULT_WAIT_INTERVAL_S,
+) -> T: ...
+
+
+async def wait_until_async(
+    predicate: Callable[[], object], timeout: float, message: str | Callable[[], str], *,
+    interval: float = DEFAULT_WAIT_INTERVAL_S,
+) -> object:
+    """:func:`wait_until` inside a coroutine: call ``predicate()`` (awaiting its result if it is
+    awaitable) every ``interval`` seconds, sleeping with ``asyncio.sleep`` so the event loop
+    keeps running, until it returns something truthy; return that. AssertionError after
+    ``timeout`` seconds as there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        expired = time.monotonic() >= deadline
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if expired:
+            text = message() if callable(message) else message
+            raise AssertionError(f"{text} (not within {timeout:g}s; last: {value!r})")
+        await asyncio.sleep(max(0.0, min(interval, deadline - time.monotonic())))
+
 
 TEST_BROKER_DEFAULTS: dict[str, str] = {
     "zookeeper.session.timeout.ms": "6000",
