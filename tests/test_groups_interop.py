@@ -16,8 +16,9 @@ from aiokafka import AIOKafkaConsumer
 from kafka import KafkaConsumer as KafkaPythonConsumer
 from kafka.errors import CommitFailedError
 
-from loglake.client import Admin, Consumer, Producer
-from loglake.dev.harness import DevCluster
+from loglake.client import Admin, Consumer
+from loglake.dev.harness import DevCluster, wait_until, wait_until_async
+from tests.clients import topic_with_records
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -32,14 +33,8 @@ def dev(group_dev: DevCluster) -> DevCluster:
 
 
 def _topic(dev: DevCluster) -> str:
-    name = f"interop-{uuid.uuid4().hex[:8]}"
-    with Admin(dev.bootstrap_servers, timeout=60) as admin:
-        admin.create_topic(name, partitions=PARTITIONS)
-    with Producer(dev.bootstrap_servers) as producer:
-        for i in range(RECORDS):
-            producer.send(name, b"v%d" % i, partition=i % PARTITIONS)
-        producer.flush()
-    return name
+    return topic_with_records(dev.bootstrap_servers, "interop", partitions=PARTITIONS,
+                              records=RECORDS)
 
 
 def _kafka_python(dev: DevCluster, group: str, **extra: Any) -> KafkaPythonConsumer:
@@ -88,24 +83,28 @@ def test_mixed_kafka_python_and_aiokafka_group(dev: DevCluster) -> None:
         consumer = _aiokafka(dev, group, topic)
         await consumer.start()
         values: set[bytes] = set()
+
+        async def shared() -> set[int] | None:
+            batches = await consumer.getmany(timeout_ms=200)
+            for batch in batches.values():
+                values.update(m.value for m in batch)
+            if batches:
+                await consumer.commit()
+            owned = {tp.partition for tp in consumer.assignment()}
+            theirs = python_owned[-1] if python_owned else set()
+            # each library's own view, sampled at different moments: wait until they agree
+            agree = (owned and theirs and not owned & theirs
+                     and owned | theirs == set(range(PARTITIONS))
+                     and len(values | python_values) == RECORDS)
+            return owned if agree else None
+
         try:
-            deadline = time.monotonic() + WAIT_S
-            while time.monotonic() < deadline:
-                batches = await consumer.getmany(timeout_ms=200)
-                for batch in batches.values():
-                    values.update(m.value for m in batch)
-                if batches:
-                    await consumer.commit()
-                owned = {tp.partition for tp in consumer.assignment()}
-                theirs = python_owned[-1] if python_owned else set()
-                # each library's own view, sampled at different moments: wait until they agree
-                if (owned and theirs and not owned & theirs
-                        and owned | theirs == set(range(PARTITIONS))
-                        and len(values | python_values) == RECORDS):
-                    await asyncio.sleep(1.5)  # let kafka-python commit its last poll
-                    return values, owned
-            raise AssertionError(f"mixed group did not share the topic: aiokafka "
-                                 f"{consumer.assignment()}, kafka-python {python_owned}")
+            owned = await wait_until_async(
+                shared, WAIT_S, lambda: f"mixed group did not share the topic: aiokafka "
+                                        f"{consumer.assignment()}, kafka-python {python_owned}",
+                interval=0)
+            await asyncio.sleep(1.5)  # let kafka-python commit its last poll
+            return values, owned
         finally:
             await consumer.stop()
 
@@ -130,12 +129,16 @@ def test_offsets_committed_by_one_library_are_read_by_the_others(dev: DevCluster
     # 1. kafka-python reads 100 records of the group and commits them
     first = _kafka_python(dev, group, max_poll_records=25)
     first.subscribe([topic])
-    consumed = 0
-    deadline = time.monotonic() + WAIT_S
-    while consumed < 100 and time.monotonic() < deadline:
-        for batch in first.poll(timeout_ms=200, max_records=100 - consumed).values():
-            consumed += len(batch)
-    assert consumed == 100
+    consumed: list[bytes] = []
+
+    def first_hundred() -> bool:
+        for batch in first.poll(timeout_ms=200, max_records=100 - len(consumed)).values():
+            consumed.extend(m.value for m in batch)
+        return len(consumed) >= 100
+
+    wait_until(first_hundred, WAIT_S, lambda: f"kafka-python read {len(consumed)} of 100",
+               interval=0)
+    assert len(consumed) == 100
     positions = {tp.partition: first.position(tp) for tp in first.assignment()}
     first.commit()
     first.close()
@@ -151,10 +154,15 @@ def test_offsets_committed_by_one_library_are_read_by_the_others(dev: DevCluster
             seen = {p: await consumer.committed(TopicPartition(topic, p))
                     for p in range(PARTITIONS)}
             total = 0
-            deadline = time.monotonic() + WAIT_S
-            while total < RECORDS - 100 and time.monotonic() < deadline:
+
+            async def the_rest() -> bool:
+                nonlocal total
                 for batch in (await consumer.getmany(timeout_ms=200)).values():
                     total += len(batch)
+                return total >= RECORDS - 100
+
+            await wait_until_async(the_rest, WAIT_S,
+                                   lambda: f"aiokafka read {total} of {RECORDS - 100}", interval=0)
             assert total == RECORDS - 100  # no record of the first 100 again
             await consumer.commit()
             return seen
