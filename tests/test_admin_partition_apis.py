@@ -45,6 +45,7 @@ from loglake.segments.filenames import LOG_START_OFFSET_CHECKPOINT
 from loglake.segments.tiered_table import TieredTable
 from loglake.streaming.sql_views import quote_identifier, register_topics
 from tests.admin_util import create_topic
+from tests.clients import consume_messages
 from tests.replication_checks import (
     ZooKeeperView,
     broker_client,
@@ -133,11 +134,9 @@ def consume_all(bootstrap: str, topic: str, partitions: list[int], expected: int
     got: dict[int, list[int]] = {p: [] for p in partitions}
     try:
         consumer.assign([TopicPartition(topic, p, start) for p in partitions])
-        deadline = time.monotonic() + timeout
-        while sum(map(len, got.values())) < expected and time.monotonic() < deadline:
-            for msg in consumer.consume(500, 0.5):
-                if msg.error() is None:
-                    got[msg.partition()].append(msg.offset())
+        for msg in consume_messages(consumer, expected, timeout=timeout, batch=500,
+                                    errors="skip", what=f"records of {topic}"):
+            got[msg.partition()].append(msg.offset())
     finally:
         consumer.close()
     return got
@@ -230,12 +229,10 @@ def test_create_partitions_then_produce_and_consume_everywhere(dev: DevCluster) 
                          "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe([topic])
-        read = 0
-        deadline = time.monotonic() + 30
-        while read < 371 and time.monotonic() < deadline:
-            read += sum(1 for m in consumer.consume(500, 0.5) if m.error() is None)
+        read = consume_messages(consumer, 371, timeout=30, batch=500, errors="skip",
+                                what="the group consumer's records")
         assert {tp.partition for tp in consumer.assignment()} == set(range(7))
-        assert read == 371
+        assert len(read) == 371
     finally:
         consumer.close()
 
@@ -437,16 +434,20 @@ def test_unclean_election_of_an_out_of_sync_replica(dev: DevCluster, zk: ZooKeep
 def settled_tiered_end(table: TieredTable, partition: int, *, timeout: float = 30.0) -> int:
     """The partition's tiered end once it stopped moving for a second (every sealed segment
     tiered)."""
-    deadline = time.monotonic() + timeout
     last, since = table.tiered_end(partition), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.25)
+
+    def settled() -> tuple[int] | None:
+        nonlocal last, since
         now = table.tiered_end(partition)
         if now != last:
             last, since = now, time.monotonic()
         elif last is not None and time.monotonic() - since >= 1.0:
-            return last
-    raise AssertionError(f"tiered end of partition {partition} still moving: {last}")
+            return (last,)
+        return None
+
+    [end] = wait_until(settled, timeout, lambda: f"tiered end of partition {partition} still "
+                                                 f"moving: {last}", interval=0.25)
+    return end
 
 
 def test_delete_records_reaches_the_table_and_spark_sql(
