@@ -11,13 +11,13 @@ What it holds (the same on every broker, up to watch delays):
 * ``offline_replicas``: (topic, partition) -> ids of brokers whose replica is offline;
 * ``controller_id`` (-1: none known) and ``cluster_id``.
 
-Writers: the event loop only, from the broker's watch callbacks (which hop onto the loop), its
-reconcile passes and its ISR writes. Readers: request handlers (Metadata, leader hints,
-DescribeCluster, admin requests), the controller, the group coordinator, the replica manager and
-the replica fetchers, all on the event loop. No locks: nothing here is touched from another
-thread. The values (TopicMetadata, PartitionState, BrokerInfo, TopicConfig) are immutable:
-an update replaces an entry, so a reader holding a value keeps a consistent snapshot of it
-across an ``await`` (the dicts themselves change).
+Writers: the event loop only: the topic sync (topic_sync.py: watch callbacks, which hop onto the
+loop, reconcile passes, the ISR manager's writes through it) and start-up (cluster id). Readers:
+request handlers (Metadata, leader hints, DescribeCluster, admin requests), the controller, the
+group coordinator, the replica manager and the replica fetchers, all on the event loop. No locks:
+nothing here is touched from another thread. The values (TopicMetadata, PartitionState, BrokerInfo,
+TopicConfig) are immutable: an update replaces an entry, so a reader holding a value keeps a
+consistent snapshot of it across an ``await`` (the dicts themselves change).
 """
 
 from __future__ import annotations

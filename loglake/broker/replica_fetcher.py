@@ -28,7 +28,8 @@ Throttling (broker/replication_quota.py): while this replica is not in the ISR a
 asking for at most what the bucket holds otherwise; the bytes received are recorded.
 
 Connection errors close the connection and retry after a short pause; partitions whose leader
-changes are moved to another fetcher by the broker (:meth:`ReplicaFetcher.remove`).
+changes are moved to another fetcher by the fetcher manager (fetcher_manager.py,
+:meth:`ReplicaFetcher.remove`).
 Runs on the broker's event loop; not thread-safe.
 """
 

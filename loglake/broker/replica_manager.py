@@ -3,10 +3,10 @@ fetch and offset lookups (Kafka's ``ReplicaManager``). Request handlers only dec
 make one call here and encode the answer.
 
 Hosted replicas: ``partitions`` (open replicas) and ``offline_partitions`` (hosted replicas that
-could not be opened: topic-partition -> why); the broker adds and removes entries as ZooKeeper's
-assignment changes. :meth:`ReplicaManager.leader_partition` answers a partition only while this
-broker leads it and holds a valid ZooKeeper lease (``lease_valid``), so a broker cut off from
-ZooKeeper never acknowledges a write nor serves a read as leader.
+could not be opened: topic-partition -> why); broker/replica_states.py adds and removes entries as
+ZooKeeper's assignment and partition states change. :meth:`ReplicaManager.leader_partition` answers
+a partition only while this broker leads it and holds a valid ZooKeeper lease (``lease_valid``), so
+a broker cut off from ZooKeeper never acknowledges a write nor serves a read as leader.
 
 Produce (:meth:`ReplicaManager.append_records`, Kafka's ``appendRecords``): acks must be 0, 1 or
 -1 (INVALID_REQUIRED_ACKS otherwise); transactional produce is refused (INVALID_REQUEST). Every

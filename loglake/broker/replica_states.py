@@ -167,6 +167,11 @@ class ReplicaStates:
             _close(self.partitions.pop(key))
             self.delete_dir(*key)
 
+    def has_directory(self, topic: str, index: int) -> bool:
+        """Whether the log directory holds a directory of the partition (hosted or left
+        behind)."""
+        return self.logs.partition_dir(topic, index).is_dir()
+
     def delete_dir(self, topic: str, index: int) -> None:
         """Delete the replica's directory crash-safely (the removal runs as a background
         task)."""

@@ -14,8 +14,10 @@ decode a request, call the part that owns the answer, and encode the response. T
 ``tierer``                the tiered storage of hosted partitions
 ``replication_quotas``    replication throttles (replication_quota.py)
 ``producer_ids``          producer id blocks (producer_ids.py)
-``topic_admin``           applying topic changes a handler just wrote (:class:`TopicAdmin`)
-``broker_configs``        dynamic broker configs (:class:`DynamicBrokerConfigs`)
+``topic_admin``           applying topic changes a handler just wrote (:class:`TopicAdmin`;
+                          the topic sync, topic_sync.py)
+``broker_configs``        dynamic broker configs (:class:`DynamicBrokerConfigs`;
+                          dynamic_config.py)
 ========================  ==================================================================
 
 Built once by the broker at construction; every field is the long-lived part itself, so a

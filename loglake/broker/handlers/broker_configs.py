@@ -9,7 +9,7 @@ DescribeConfigs on BROKER resources, as Kafka's ZooKeeper-mode brokers handle th
   INVALID_CONFIG. SET validates the value (a long >= 0), DELETE reverts to the next source
   (cluster default, then ``server.properties``); APPEND/SUBTRACT are refused (not lists).
   ``validate_only`` writes nothing. Every broker applies a change through its watch on the
-  znode (Broker.apply_broker_configs); the receiving broker applies its own at once.
+  znode (DynamicBrokerConfig.apply_broker_configs); the receiving broker applies its own at once.
 * DescribeConfigs lists each dynamic key with its effective value and Kafka's source:
   DYNAMIC_BROKER_CONFIG (2), DYNAMIC_DEFAULT_BROKER_CONFIG (3), STATIC_BROKER_CONFIG (4) or
   DEFAULT_CONFIG (5); they are not read-only.

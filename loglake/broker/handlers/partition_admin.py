@@ -8,7 +8,7 @@
   writing. The assignment znode (version-checked) and the new partitions' state znodes are
   written in one ZooKeeper transaction (ClusterCatalog.add_partitions); a concurrent change
   makes it read and decide again. Every broker learns of the new partitions through its watch
-  on the assignment (Broker.reconcile), opens its replicas and watches their states; producers
+  on the assignment (TopicSync.reconcile), opens its replicas and watches their states; producers
   and consumers see them in Metadata. At most MAX_PARTITIONS_PER_TOPIC per topic, as at
   creation.
 * **DeleteRecords** (:func:`delete_records`): semantics in broker/record_deletion.py.
