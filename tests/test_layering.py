@@ -6,6 +6,13 @@
   ZooKeeper layer, never the other way round.
 * No module under ``loglake/broker/`` imports kazoo: kazoo types and exceptions stay inside
   ``loglake/catalog/`` (the broker talks to ZooKeeper through ``ClusterCatalog``).
+* Request handlers (``loglake/broker/handlers/``) import none of the broker's wiring and
+  background parts (the broker, the controller, tiered storage, the ZooKeeper session, the
+  topic sync, replica states, ISR manager and fetchers): they reach what they need through
+  ``BrokerServices``.
+* The replication parts (replica manager, replica states, fetchers, ISR manager, topic sync,
+  dynamic configs) import neither the controller nor the group coordinator nor tiered storage:
+  they take narrow callables and protocols instead.
 
 Imports under ``if TYPE_CHECKING:`` count too: they are dependencies all the same.
 """
@@ -56,6 +63,34 @@ def test_catalog_does_not_import_streaming() -> None:
 
 def test_broker_does_not_import_kazoo() -> None:
     assert _offenders("broker", "kazoo") == []
+
+
+TIER_MODULES = ("tiering", "tier_writer", "tier_reads", "tier_state", "local_retention",
+                "table_changes")
+HANDLERS_MAY_NOT_IMPORT = ("broker", "controller", "zk_session", "topic_sync", "replica_states",
+                           "isr_manager", "fetcher_manager", "replica_fetcher", *TIER_MODULES)
+REPLICATION_PARTS = ("replica_manager.py", "replica_states.py", "fetcher_manager.py",
+                     "replica_fetcher.py", "isr_manager.py", "topic_sync.py", "dynamic_config.py",
+                     "partition.py", "delayed_operations.py")
+
+
+def test_handlers_import_no_wiring_or_background_part() -> None:
+    offenders = []
+    for module in HANDLERS_MAY_NOT_IMPORT:
+        offenders += _offenders("broker/handlers", f"loglake.broker.{module}")
+    assert offenders == []
+
+
+def test_replication_parts_import_no_controller_coordinator_or_tier() -> None:
+    forbidden = ("loglake.broker.controller", "loglake.broker.groups",
+                 *(f"loglake.broker.{module}" for module in TIER_MODULES))
+    offenders = []
+    for name in REPLICATION_PARTS:
+        path = PACKAGE / "broker" / name
+        assert path.is_file(), name
+        offenders += [f"{name}: {hit}" for hit in sorted(_imports(path))
+                      if any(hit == f or hit.startswith(f + ".") for f in forbidden)]
+    assert offenders == []
 
 
 def test_the_rules_see_imports() -> None:
