@@ -23,6 +23,7 @@ from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments.batch import iter_batches
 from loglake.segments.filenames import LOG_SUFFIX
 from tests.admin_util import create_topic
+from tests.clients import consume_messages
 from tests.replication_checks import (
     REPLICATION_OVERRIDES,
     broker_logs_on_failure,
@@ -51,16 +52,22 @@ def _consume(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{time.time()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout
     try:
-        while len(got) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
+        return [msg.value() for msg in consume_messages(
+            consumer, expected, timeout=timeout, batch=1, errors="skip",
+            what=f"records of {topic}")]
     finally:
         consumer.close()
-    return got
+
+
+def _good_and_bad_then_stop(dev: DevCluster) -> None:
+    """Topics ``good`` and ``bad`` with 1000 records each in 4000-byte local segments; then
+    broker 1 stops (so a test can damage ``bad``'s files)."""
+    for name in ("good", "bad"):
+        create_topic(dev.bootstrap_servers, name, config={"segment.bytes": "4000",
+                                                          "remote.storage.enable": "false"})
+        _produce(dev.bootstrap_servers, name, 1000)
+    dev.stop_broker(1)
 
 
 def _segments(directory: Path) -> list[Path]:
@@ -71,11 +78,7 @@ def test_unopenable_partition_goes_offline_and_the_broker_keeps_serving(
         tmp_path: Path, zookeeper_hosts: str) -> None:
     with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts) as dev, \
             broker_logs_on_failure(dev, [1]):
-        for name in ("good", "bad"):
-            create_topic(dev.bootstrap_servers, name, config={"segment.bytes": "4000",
-                                                              "remote.storage.enable": "false"})
-            _produce(dev.bootstrap_servers, name, 1000)
-        dev.stop_broker(1)
+        _good_and_bad_then_stop(dev)
         bad_dir = dev.data_dir / "broker-1" / "data" / "bad-0"
         first = _segments(bad_dir)[0]
         first.unlink()
@@ -99,11 +102,7 @@ def test_unopenable_partition_goes_offline_and_the_broker_keeps_serving(
 def test_corrupt_batch_header_cuts_one_partition_only(tmp_path: Path, zookeeper_hosts: str) -> None:
     with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts) as dev, \
             broker_logs_on_failure(dev, [1]):
-        for name in ("good", "bad"):
-            create_topic(dev.bootstrap_servers, name, config={"segment.bytes": "4000",
-                                                              "remote.storage.enable": "false"})
-            _produce(dev.bootstrap_servers, name, 1000)
-        dev.stop_broker(1)
+        _good_and_bad_then_stop(dev)
         segment = _segments(dev.data_dir / "broker-1" / "data" / "bad-0")[1]
         data = bytearray(segment.read_bytes())
         third = list(iter_batches(bytes(data)))[2]

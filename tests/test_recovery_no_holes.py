@@ -10,15 +10,15 @@ and time indexes.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
+from tests.clients import consume_messages
 from tests.replication_checks import (
     REPLICATION_OVERRIDES,
     broker_logs_on_failure,
@@ -71,13 +71,16 @@ def _damage(directory: Path, kind: str) -> int:
 
 
 def _wait_replica_complete(directory: Path, expected: int, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
     values: dict = {}
-    while time.monotonic() < deadline:
+
+    def complete() -> bool:
+        nonlocal values
         values = read_replica(directory)
-        if len(values) >= expected:
-            return values
-        time.sleep(0.5)
+        return len(values) >= expected
+
+    wait_until(complete, timeout,
+               lambda: f"{directory} holds {len(values)} of {expected} offsets, missing e.g. "
+                       f"{sorted(set(range(expected)) - set(values))[:5]}", interval=0.5)
     return values
 
 
@@ -86,31 +89,18 @@ def _consume_all(bootstrap: str, expected: int, timeout: float = 60.0) -> list[b
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "check.crcs": True})
     consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + timeout
     try:
-        while len(got) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            assert msg.offset() == len(got), f"offset {msg.offset()} after {len(got)} records"
-            got.append(msg.value())
+        got = consume_messages(consumer, expected, timeout=timeout, batch=1,
+                               what=f"records of {TOPIC}-0")
     finally:
         consumer.close()
-    return got
+    assert [m.offset() for m in got] == list(range(len(got))), "offsets not dense from 0"
+    return [m.value() for m in got]
 
 
 def _wait_leader(bootstrap: str, wanted: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    leader = -1
-    while time.monotonic() < deadline:
-        with contextlib.suppress(KafkaException):
-            leader = describe(bootstrap, TOPIC).get(0, None).leader  # type: ignore[union-attr]
-            if leader == wanted:
-                return
-        time.sleep(0.3)
-    raise AssertionError(f"{TOPIC}-0 is led by {leader}, not {wanted}, after {timeout:.0f}s")
+    wait_until(lambda: describe(bootstrap, TOPIC)[0].leader == wanted, timeout,
+               f"{TOPIC}-0 led by broker {wanted}", interval=0.3, ignore=(KafkaException,))
 
 
 def _run(tmp_path: Path, damage: str, shutdown: str,

@@ -51,6 +51,7 @@ from loglake.segments.tier_rows import (
 )
 from loglake.segments.tiered_table import TieredTable, write_segment_file
 from tests.admin_util import create_topic
+from tests.clients import poll_message
 from tests.tiering_util import SMALL_SEGMENTS, Sent, by_place, produce, wait_local_start
 
 TS = 1_700_000_000_000
@@ -561,8 +562,8 @@ def _consume_all(bootstrap: str, topic: str, *, expected: int, high: int,
     errors: list[str] = []
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def read_to_end() -> bool:
             eof = False
             for msg in consumer.consume(1000, 0.5):
                 error = msg.error()
@@ -572,10 +573,12 @@ def _consume_all(bootstrap: str, topic: str, *, expected: int, high: int,
                     else:
                         errors.append(error.str())
                     continue
-                got.append(Sent(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                tuple(msg.headers() or ()), msg.timestamp()[1]))
-            if eof and len(got) >= expected:
-                break
+                got.append(Sent.of(msg))
+            return eof and len(got) >= expected
+
+        wait_until(read_to_end, timeout,
+                   lambda: f"{topic}-0: {len(got)} of {expected} records up to offset {high}, "
+                           f"errors {errors[:3]}", interval=0)
     finally:
         consumer.close()
     return got, errors
@@ -667,13 +670,9 @@ def _first_offset_from(bootstrap: str, topic: str, offset: int, timeout: float =
                          "enable.auto.commit": False, "auto.offset.reset": "error"})
     try:
         consumer.assign([TopicPartition(topic, 0, offset)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None:
-                assert msg.error() is None, msg.error()
-                return int(msg.offset())
-        raise AssertionError(f"nothing consumed from {topic}-0 at {offset}")
+        msg = poll_message(consumer, timeout=timeout, what=f"a record of {topic}-0 at {offset}")
+        assert msg.error() is None, msg.error()
+        return int(msg.offset())
     finally:
         consumer.close()
 

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from kazoo.client import KazooClient
 
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.dev.harness import wait_until
 from loglake.segments.storage import Storage
 from loglake.segments.tiered_table import TieredTable
+from tests.clients import consume_messages
 
 SMALL_SEGMENTS = {"segment.bytes": "40000"}
 """Topic settings that make segments roll (and so tier) after a few hundred records; producers
@@ -41,6 +42,12 @@ class Sent:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
+
+    @classmethod
+    def of(cls, msg: Message) -> Sent:
+        """The record a confluent-kafka consumer returned."""
+        return cls(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                   tuple(msg.headers() or ()), msg.timestamp()[1])
 
 
 def record_spec(i: int) -> dict[str, Any]:
@@ -91,21 +98,12 @@ def consume(bootstrap: str, topic: str, partitions: Iterable[int], *, expected: 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
                          "enable.auto.commit": False, "enable.partition.eof": False,
                          "fetch.max.bytes": 1_000_000, "max.partition.fetch.bytes": 200_000})
-    got: list[Sent] = []
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        deadline = time.monotonic() + timeout
-        while len(got) < expected and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
-                error = msg.error()
-                if error is not None:
-                    assert error.code() == KafkaError._PARTITION_EOF, str(error)
-                    continue
-                got.append(Sent(msg.partition(), msg.offset(), msg.key(), msg.value(),
-                                tuple(msg.headers() or ()), msg.timestamp()[1]))
+        return [Sent.of(msg) for msg in consume_messages(consumer, expected, timeout=timeout,
+                                                         what=f"records of {topic}")]
     finally:
         consumer.close()
-    return got
 
 
 def by_place(records: Iterable[Sent]) -> dict[tuple[int, int], Sent]:
