@@ -10,7 +10,6 @@ then produces and consumes normally from offset 0.
 from __future__ import annotations
 
 import struct
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import cramjam
 import lz4.frame
 import pytest
 import zstandard
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -47,6 +46,7 @@ from loglake.segments.records import (
     encode_record,
 )
 from tests.admin_util import create_topic
+from tests.clients import consume_messages
 from tests.wire import WireClient
 
 NOW = 1_700_000_000_000
@@ -410,19 +410,11 @@ def _produce_and_consume(bootstrap: str, topic: str, *, keyed: bool = False) -> 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "validation-unused",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    got = []
-    deadline = time.monotonic() + 20
     try:
-        while len(got) < 3 and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=100, timeout=0.5):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise AssertionError(msg.error())
-                got.append((msg.offset(), msg.value()))
+        got = consume_messages(consumer, 3, timeout=20, batch=100, what=f"records of {topic}")
     finally:
         consumer.close()
-    assert got == [(i, b"good-%d" % i) for i in range(3)]
+    assert [(m.offset(), m.value()) for m in got] == [(i, b"good-%d" % i) for i in range(3)]
 
 
 def _bomb() -> bytes:
@@ -530,18 +522,12 @@ def test_confluent_batches_of_every_codec_pass_validation(cluster, topic_name, c
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
                          "group.id": "validation-unused", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic_name, 0, 0)])
-    seen = 0
-    deadline = time.monotonic() + 30
     try:
-        while seen < n and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=5000, timeout=0.5):
-                assert not msg.error() or msg.error().code() == KafkaError._PARTITION_EOF
-                if not msg.error():
-                    assert msg.offset() == seen
-                    seen += 1
+        got = consume_messages(consumer, n, timeout=30, batch=5000,
+                               what=f"records of {topic_name}")
     finally:
         consumer.close()
-    assert seen == n
+    assert [m.offset() for m in got] == list(range(n))
 
 
 def test_snappy_xerial_and_bounded_decompression_helpers():
