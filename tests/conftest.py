@@ -8,6 +8,11 @@
   (``topic_name``). Tests that need faults (kill, restart) or special broker settings start
   their own cluster, on the shared ZooKeeper unless they fault ZooKeeper.
 
+Waiting and reading: ``wait_until`` / ``wait_until_async`` (``loglake.dev.harness``) instead of
+hand-written deadline loops; ``tests/clients.py`` reads from real clients bounded by count and
+time (``consume_messages``, ``read_records``, ``poll_message``) and makes filled topics for group
+tests (``topic_with_records``).
+
 Markers (registered here, applied automatically in :func:`pytest_collection_modifyitems`):
 ``zookeeper`` (the test's module starts ZooKeeper or brokers), ``spark`` (uses the SparkSession),
 ``s3`` (uses the loopback S3 server), ``slow`` (long fault tests, skipped unless ``--run-slow``).
