@@ -22,12 +22,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.errors import NoReassignmentInProgressError as KafkaNoReassignmentError
@@ -36,8 +36,8 @@ from kio.schema.errors import ErrorCode
 from loglake.broker.replication_quota import BURST_S
 from loglake.client import Admin
 from loglake.client.reassignment import throttled_replicas
-from loglake.dev.harness import DevCluster
-from loglake.dev.harness import wait_until as harness_wait_until
+from loglake.dev.harness import DevCluster, wait_until
+from tests.clients import consume_messages
 from tests.replication_checks import (
     REPLICATION_OVERRIDES,
     ProducerLoop,
@@ -79,11 +79,6 @@ def log_bytes(directory: Path) -> int:
 
 def tree_bytes(directory: Path) -> int:
     return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
-
-
-def wait_until(what: str, check: Callable[[], Any], *, timeout: float,
-               interval: float = 0.1) -> Any:
-    return harness_wait_until(check, timeout, f"{what} not reached", interval=interval)
 
 
 def preload(bootstrap: str, topic: str, partitions: int, per_partition: int, *,
@@ -164,11 +159,11 @@ def test_three_to_four_brokers_under_an_acks_all_producer(tmp_path: Path,
                 1: {"replicas": [2, 3, 4, 1], "adding_replicas": [4], "removing_replicas": [1]},
                 2: {"replicas": [3, 4, 2, 1], "adding_replicas": [4], "removing_replicas": [1]},
             }
-            wait_until("every broker's metadata to show the moving replica sets",
-                       lambda: all(set(describe(bootstrap, topic)[p].replicas) == {1, 2, 3, 4}
-                                   for p in targets), timeout=10)
-            wait_until("the reassignment to complete", lambda: not ongoing(admin, topic),
-                       timeout=90, interval=0.25)
+            wait_until(lambda: all(set(describe(bootstrap, topic)[p].replicas) == {1, 2, 3, 4}
+                                   for p in targets),
+                       10, "every broker's metadata to show the moving replica sets")
+            wait_until(lambda: not ongoing(admin, topic),
+                       90, "the reassignment to complete", interval=0.25)
             took = time.monotonic() - started
             views = wait_for_full_isr(bootstrap, topic, targets, 3, timeout=30)
             assert {p: views[p].replicas for p in targets} == targets
@@ -180,9 +175,9 @@ def test_three_to_four_brokers_under_an_acks_all_producer(tmp_path: Path,
         assert_no_loss_no_duplicates(producer.acked, drained, min_acked=2_000)
         for p, replicas in targets.items():
             assert_replicas_converged(dev.data_dir, topic, [p], replicas, drained=drained)
-        wait_until("broker 1 to delete its copies", lambda: not any(
-            path.name.startswith(f"{topic}-")
-            for path in (dev.data_dir / "broker-1" / "data").iterdir()), timeout=20)
+        wait_until(lambda: not any(path.name.startswith(f"{topic}-")
+                                   for path in (dev.data_dir / "broker-1" / "data").iterdir()),
+                   20, "broker 1 to delete its copies")
         clear_throttle(bootstrap, [1, 2, 3, 4], [topic])
         print(f"3 -> 4 brokers: moved 3 partitions in {took:.1f} s under "
               f"{len(producer.acked)} acknowledged writes")
@@ -226,11 +221,11 @@ def test_throttled_replica_copies_at_the_rate_unthrottled_faster(dev: DevCluster
                     before = time.monotonic()
                     assert producer.flush(10) == 0
                     assert time.monotonic() - before < 5
-                wait_until(f"{name}: the new replica to hold the log",
-                           lambda: log_bytes(copied) >= size, timeout=60, interval=0.05)
+                wait_until(lambda: log_bytes(copied) >= size,
+                           60, f"{name}: the new replica to hold the log", interval=0.05)
                 took = time.monotonic() - started
-                wait_until(f"{name}: the reassignment to complete",
-                           lambda: not admin.list_partition_reassignments(), timeout=30)
+                wait_until(lambda: not admin.list_partition_reassignments(),
+                           30, f"{name}: the reassignment to complete")
                 return took
 
             slow = copy("slow", (1, 2), 2)
@@ -269,30 +264,22 @@ def test_tiered_topic_moves_with_its_local_tail_only(dev: DevCluster) -> None:
     local_start = wait_local_start(dev.zookeeper_connect, topic, [0], above=count // 4)[0]
     with Admin(bootstrap) as admin, broker_logs_on_failure(dev):
         assert admin.alter_partition_reassignments({(topic, 0): (2,)}) == {(topic, 0): None}
-        wait_until("the move to complete", lambda: not admin.list_partition_reassignments(),
-                   timeout=60)
-        wait_until("the metadata to show the move (watches bring it to every broker)",
-                   lambda: admin.describe_topic(topic).partitions[0].replicas == (2,),
-                   timeout=10)
+        wait_until(lambda: not admin.list_partition_reassignments(), 60, "the move to complete")
+        wait_until(lambda: admin.describe_topic(topic).partitions[0].replicas == (2,),
+                   10, "the metadata to show the move (watches bring it to every broker)")
     moved = replica_dir(dev.data_dir, 2, topic, 0)
     table = tree_bytes(Path(dev.storage_url) / "topics" / topic)
     start = min(int(f.stem) for f in moved.glob("*.log"))
     assert start >= local_start, (start, local_start)
     assert dir_bytes(moved) < table / 4, (dir_bytes(moved), table)
-    wait_until("broker 1 to delete its copy",
-               lambda: not replica_dir(dev.data_dir, 1, topic, 0).exists(), timeout=20)
+    wait_until(lambda: not replica_dir(dev.data_dir, 1, topic, 0).exists(),
+               20, "broker 1 to delete its copy")
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tiered-move",
                          "enable.auto.commit": False})
-    read: dict[int, bytes] = {}
     try:
         consumer.assign([ConfluentPartition(topic, 0, 0)])
-        deadline = time.monotonic() + 60
-        while len(read) < count and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.5):
-                if msg.error() is None:
-                    read[msg.offset()] = msg.value()
-                else:
-                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+        read = {m.offset(): m.value() for m in consume_messages(
+            consumer, count, timeout=60, what=f"records of {topic}-0")}
     finally:
         consumer.close()
     assert read == sent
@@ -313,7 +300,7 @@ def test_cancel_reverts_and_deletes_the_new_replica(dev: DevCluster) -> None:
         assert admin.alter_partition_reassignments({TopicPartition(topic, 0): [3]}) == {
             TopicPartition(topic, 0): None}
         new = replica_dir(dev.data_dir, 3, topic, 0)
-        wait_until("the new replica to start copying", lambda: dir_bytes(new) > 0, timeout=20)
+        wait_until(lambda: dir_bytes(new) > 0, 20, "the new replica to start copying")
         with WireClient.connect(bootstrap) as wire:
             listed = wire.request(46, 0, {"topics": [{"name": topic,
                                                       "partition_indexes": [0, 7]}]})
@@ -324,10 +311,9 @@ def test_cancel_reverts_and_deletes_the_new_replica(dev: DevCluster) -> None:
         assert admin.alter_partition_reassignments({TopicPartition(topic, 0): None}) == {
             TopicPartition(topic, 0): None}
         assert ongoing(admin, topic) == {}
-        wait_until("replicas back to [1]",
-                   lambda: describe(bootstrap, topic)[0].replicas == (1,), timeout=20)
-        wait_until("the cancelled replica's directory to go", lambda: not new.exists(),
-                   timeout=20)
+        wait_until(lambda: describe(bootstrap, topic)[0].replicas == (1,),
+                   20, "replicas back to [1]")
+        wait_until(lambda: not new.exists(), 20, "the cancelled replica's directory to go")
         again = admin.alter_partition_reassignments({TopicPartition(topic, 0): None})
         assert again == {TopicPartition(topic, 0): KafkaNoReassignmentError}
     finally:
@@ -350,15 +336,13 @@ def test_a_replica_removed_while_its_broker_was_down_is_deleted_at_start(
         with Admin(bootstrap) as admin:
             assert admin.alter_partition_reassignments({(topic, 0): (1, 3)}) == {
                 (topic, 0): None}
-            wait_until("the move to complete",
-                       lambda: not admin.list_partition_reassignments(), timeout=60)
-            wait_until("the metadata to show the move",
-                       lambda: admin.describe_topic(topic).partitions[0].replicas == (1, 3),
-                       timeout=10)
+            wait_until(lambda: not admin.list_partition_reassignments(), 60, "the move to complete")
+            wait_until(lambda: admin.describe_topic(topic).partitions[0].replicas == (1, 3),
+                       10, "the metadata to show the move")
             assert stale.exists()  # nobody could delete it
     finally:
         dev.start_broker(2)
-    wait_until("broker 2 to delete its stale copy", lambda: not stale.exists(), timeout=30)
+    wait_until(lambda: not stale.exists(), 30, "broker 2 to delete its stale copy")
     with Admin(bootstrap) as admin:
         assert admin.alter_partition_reassignments({(topic, 0): (1, 3)}) == {(topic, 0): None}
         assert admin.list_partition_reassignments() == {}
@@ -431,11 +415,9 @@ def test_dynamic_throttle_rates_per_broker_and_cluster_default(dev: DevCluster) 
                                          "include_documentation": False})
             return {c.name: (c.value, c.config_source) for c in found.results[0].configs}
 
-        assert wait_until("the default to apply", lambda: described()[RATES[1]] == ("777", 3),
-                          timeout=10)
+        assert wait_until(lambda: described()[RATES[1]] == ("777", 3), 10, "the default to apply")
         assert alter("", RATES[1], None, op=1).error_code == ErrorCode.none
-        assert wait_until("the default to go", lambda: described()[RATES[1]][1] == 5,
-                          timeout=10)
+        assert wait_until(lambda: described()[RATES[1]][1] == 5, 10, "the default to go")
 
 
 def test_cli_generate_execute_verify_with_throttle(dev: DevCluster, tmp_path: Path) -> None:
@@ -470,10 +452,13 @@ def test_cli_generate_execute_verify_with_throttle(dev: DevCluster, tmp_path: Pa
         configs = admin.describe_config(topic)
         assert configs[THROTTLED_REPLICAS[0]].value == "0:1,1:1"
         assert admin.describe_broker_config(1)[RATES[0]].value == "50000000"
-        deadline = time.monotonic() + 60
-        while "still in progress" in (verified := loglake("--plan", str(plan), "--verify")):
-            assert time.monotonic() < deadline, verified
-            time.sleep(0.5)
+
+        def verified_done() -> str:
+            out = loglake("--plan", str(plan), "--verify")
+            return "" if "still in progress" in out else out
+
+        verified = wait_until(verified_done, 60, "--verify to report the reassignment done",
+                              interval=0.5)
         assert f"Reassignment of partition {topic}-0 is completed." in verified
         assert "Clearing broker-level throttles on brokers 1,2,3" in verified
         assert f"Clearing topic-level throttles on topic {topic}" in verified
