@@ -25,13 +25,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
 import pytest
 
+from loglake.dev.harness import wait_until
 from loglake.dev.net import LOOPBACK, free_port_block
 from loglake.segments.storage import Storage
 
@@ -111,20 +111,20 @@ class S3Server:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             )
         self._proc, self._port = proc, port
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
+
+        def answering() -> bool:
             if proc.poll() is not None:
                 self._proc = None
                 log_text = self.log_tail()
                 if "Address already in use" in log_text:
                     raise _PortTaken(f"port {port} taken")
                 raise RuntimeError(f"moto server exited with {proc.returncode}:\n{log_text}")
-            try:
-                with socket.create_connection((LOOPBACK, port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"moto server not answering on port {port}:\n{self.log_tail()}")
+            with socket.create_connection((LOOPBACK, port), timeout=0.5):
+                return True
+
+        wait_until(answering, STARTUP_TIMEOUT_S,
+                   lambda: f"moto server answering on port {port}:\n{self.log_tail()}",
+                   interval=0.05, ignore=(OSError,))
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from loglake.broker.apis import API_TABLE
 from loglake.broker.codec import request_class, response_class
+from loglake.dev.harness import wait_until
 from tests.admin_util import create_topic
 from tests.wire import WireClient
 
@@ -228,12 +229,9 @@ def test_refusals_are_logged_once_with_the_served_range(cluster) -> None:
     with WireClient.connect(cluster.bootstrap_servers) as client:
         for _ in range(3):
             client.request(11, 1, _topic_body(11, "t"))
-    deadline = time.monotonic() + 5
     needle = "JoinGroup v1 is not supported: this broker serves JoinGroup v2-v9"
-    while needle not in cluster.broker_log(1) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    log = cluster.broker_log(1)
-    assert needle in log and "'wire-test'" in log
+    wait_until(lambda: needle in cluster.broker_log(1), 5, f"{needle!r} in the broker log")
+    assert "'wire-test'" in cluster.broker_log(1)
 
 
 # -------------------------------------------------------------------- other raised ceilings

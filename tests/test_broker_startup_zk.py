@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from kazoo.client import KazooClient
+from kazoo.protocol.states import ZnodeStat
 
 from loglake.catalog.zookeeper import (
     BrokerInfo,
@@ -35,7 +35,7 @@ from loglake.catalog.zookeeper import (
     ZooKeeperUnavailableError,
 )
 from loglake.dev import net
-from loglake.dev.harness import DevCluster, zookeeper
+from loglake.dev.harness import DevCluster, wait_until, zookeeper
 from tests.admin_util import create_topic
 from tests.replication_checks import (
     ZooKeeperView,
@@ -95,11 +95,12 @@ def _prepare(dev: DevCluster) -> dict[bytes, tuple[int, int]]:
 
 def _wait_log(dev: DevCluster, since: int, text: str, *, timeout: float) -> None:
     """Wait until broker 1's log, from character ``since`` on, contains ``text``."""
-    deadline = time.monotonic() + timeout
-    while text not in dev.broker_log(1)[since:]:
+
+    def logged() -> bool:
         assert dev.broker_alive(1), "broker 1 exited"
-        assert time.monotonic() < deadline, f"broker 1 did not log {text!r} in {timeout:.0f}s"
-        time.sleep(0.05)
+        return text in dev.broker_log(1)[since:]
+
+    wait_until(logged, timeout, f"broker 1 to log {text!r}", interval=0.05)
 
 
 def _restart_into_registration_wait(dev: DevCluster) -> int:
@@ -207,16 +208,16 @@ def test_session_expiry_after_startup_registers_again(tmp_path: Path) -> None:
         assert before is not None
         since = len(dev.broker_log(1))
         dev.pause_broker(1)
-        deadline = time.monotonic() + 3 * SESSION_TIMEOUT_S
-        while zk.registered(1):
-            assert time.monotonic() < deadline, "the paused broker's session never expired"
-            time.sleep(0.2)
+        wait_until(lambda: not zk.registered(1), 3 * SESSION_TIMEOUT_S,
+                   "the paused broker's session to expire", interval=0.2)
         dev.resume_broker(1)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while (after := zk.zk.exists("/brokers/ids/1")) is None:
+
+        def registered_again() -> ZnodeStat | None:
             assert dev.broker_alive(1), "the broker exited"
-            assert time.monotonic() < deadline, "the broker did not register again"
-            time.sleep(0.2)
+            return zk.zk.exists("/brokers/ids/1")
+
+        after = wait_until(registered_again, READY_TIMEOUT_S, "the broker to register again",
+                           interval=0.2)
         assert after.ephemeralOwner != before.ephemeralOwner
         _assert_came_up(dev, acked, since)
 
@@ -254,13 +255,6 @@ def test_registration_wait_restarts_on_reconnect_new_owner_and_pause() -> None:
 # ------------------------------------------------- ClusterCatalog against a real ZooKeeper
 
 
-def _wait_until(predicate: Callable[[], bool], what: str, *, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not within {timeout:.0f}s"
-        time.sleep(0.05)
-
-
 def test_catalog_reregisters_with_a_new_session_after_expiry(tmp_path: Path) -> None:
     """Our session expires (closed by another client holding its id, as kazoo's own test
     harness expires sessions): listeners hear LOST then NEW_SESSION, the ephemeral node went
@@ -279,8 +273,8 @@ def test_catalog_reregisters_with_a_new_session_after_expiry(tmp_path: Path) -> 
             killer.start(timeout=10)
             killer.stop()
             killer.close()
-            _wait_until(lambda: events[-1:] == [SessionEvent.NEW_SESSION] and len(events) > 1,
-                        "a new session")
+            wait_until(lambda: events[-1:] == [SessionEvent.NEW_SESSION] and len(events) > 1,
+                       20, "a new session", interval=0.05)
             assert SessionEvent.LOST in events
             assert catalog.zk.client_id[0] != old[0]
             assert catalog.registration(INFO.broker_id) is Registration.ABSENT

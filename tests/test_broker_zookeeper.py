@@ -9,7 +9,7 @@ import time
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kazoo.client import KazooClient
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments.filenames import CLEAN_SHUTDOWN_MARKER
 from tests.admin_util import create_topic
 
@@ -51,10 +51,7 @@ def test_layout_registration_and_clean_shutdown(tmp_path, zookeeper_hosts: str):
                 directory = dev.data_dir / "broker-1" / "data" / f"laid-out-{partition}"
                 assert (directory / CLEAN_SHUTDOWN_MARKER).exists()
             dev.start_broker(1)
-            deadline = time.monotonic() + 10
-            while not zk.exists("/brokers/ids/1") and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert zk.exists("/brokers/ids/1")
+            wait_until(lambda: zk.exists("/brokers/ids/1"), 10, "broker 1 registered again")
         finally:
             zk.stop()
         # state in ZooKeeper survived: the restarted broker serves the topic with its config

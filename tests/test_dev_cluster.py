@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from kazoo.client import KazooClient
 
 from loglake.dev import cli, cluster, net
 from loglake.dev.errors import ClusterStateError, StartupError
-from loglake.dev.harness import DevCluster, free_port_block
+from loglake.dev.harness import DevCluster, free_port_block, wait_until
 
 
 def _run_cli(*argv: str) -> int:
@@ -158,10 +157,8 @@ def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]
         assert dev.status()[1].paused
         assert not net.kafka_api_versions_ok(dev.broker_port(1), timeout=0.5)
         dev.resume_broker(1)
-        deadline = time.monotonic() + 10
-        while not net.kafka_api_versions_ok(dev.broker_port(1)):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_until(lambda: net.kafka_api_versions_ok(dev.broker_port(1)), 10,
+                   "the resumed broker answers ApiVersions")
 
         dev.pause_broker(2)  # cleanup must handle a paused process
         pids = [s.pid for s in dev.status()]
@@ -169,10 +166,9 @@ def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]
         for client in kazoo:
             client.stop()
     assert not (data / cluster.STATE_FILE).exists()
-    deadline = time.monotonic() + 10  # an exited process may wait a moment for its reaper
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in pids if _running(pid)]
+    # an exited process may wait a moment for its reaper
+    wait_until(lambda: not [pid for pid in pids if _running(pid)], 10,
+               lambda: f"processes {[pid for pid in pids if _running(pid)]} gone")
 
     # the data survives down/up
     with DevCluster(data, brokers=1) as again:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from loglake.dev import process
+from loglake.dev.harness import wait_until
 from loglake.dev.process import ProcessHandle
 
 SLEEP = shutil.which("sleep") or "/bin/sleep"
@@ -37,9 +38,7 @@ def test_spawn_detached_runs_in_own_session_and_logs(tmp_path: Path,
     assert process.is_alive(handle)
     assert os.getsid(handle.pid) == handle.pid != os.getsid(0)
     assert handle.start_time == process.read_start_time(handle.pid)
-    deadline = time.monotonic() + 10
-    while "err" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: "err" in log.read_text(), 10, "both lines in the log", interval=0.05)
     assert log.read_text().split() == ["out", "err"]
     assert process.log_tail(log, lines=1) == "err"
 
@@ -59,10 +58,8 @@ def test_terminate_reaches_a_paused_process(tmp_path: Path,
     handle = process.spawn_detached([SLEEP, "30"], log_path=tmp_path / "x.log")
     started.append(handle)
     assert process.send_signal(handle, signal.SIGSTOP)
-    deadline = time.monotonic() + 5
-    while process.run_state(handle) != "T" and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert process.run_state(handle) == "T"
+    wait_until(lambda: process.run_state(handle) == "T", 5, "the process stopped (state T)",
+               interval=0.02)
     assert process.is_alive(handle)  # stopped counts as alive
     started_at = time.monotonic()
     process.terminate([handle], grace=5)

@@ -31,7 +31,7 @@ from loglake.catalog.groups import (
     offset_path,
 )
 from loglake.client import Admin
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -193,16 +193,16 @@ def _committed(dev: DevCluster, group: str) -> dict[int, tuple[int, str]]:
     """OffsetFetch (offset, metadata) through kafka-python's admin client (librdkafka's
     ``committed()`` reads metadata past its end), retried while the coordinator loads."""
     admin = KafkaAdminClient(bootstrap_servers=dev.bootstrap_servers)
+
+    def fetched() -> tuple[dict[int, tuple[int, str]]]:
+        found = admin.list_group_offsets(group)[group]
+        return ({tp.partition: (om.offset, om.metadata) for tp, om in found.items()},)
+
     try:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                found = admin.list_group_offsets(group)[group]
-                return {tp.partition: (om.offset, om.metadata) for tp, om in found.items()}
-            except KafkaError:  # e.g. COORDINATOR_LOAD_IN_PROGRESS right after a start
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        # KafkaError: e.g. COORDINATOR_LOAD_IN_PROGRESS right after a start
+        [committed] = wait_until(fetched, WAIT_S, f"the offsets of {group}", interval=0.5,
+                                 ignore=(KafkaError,))
+        return committed
     finally:
         admin.close()
 
@@ -245,10 +245,8 @@ def test_broker_start_migrates_the_old_json_form(dev: DevCluster) -> None:
             zk.create(offset_path(group, topic, partition), json.dumps(old).encode(),
                       makepath=True)
         dev.start_broker(1)
-        deadline = time.monotonic() + WAIT_S
-        while zk.get(offset_path(group, topic, 1))[0] != b"9":
-            assert time.monotonic() < deadline, "the broker did not migrate the offsets"
-            time.sleep(0.2)
+        wait_until(lambda: zk.get(offset_path(group, topic, 1))[0] == b"9", WAIT_S,
+                   "the broker to migrate the offsets", interval=0.2)
         assert zk.get(offset_path(group, topic, 0))[0] == b"7"
         assert json.loads(zk.get(meta_path(group, topic, 0))[0])["metadata"] == "old-0"
     finally:

@@ -8,6 +8,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
+from loglake.dev.harness import wait_until
+
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 
 
@@ -84,7 +86,5 @@ def test_admin_describe_and_delete(cluster, admin, topic_name):
     assert everything["retention.ms"]["config_source"] == "DEFAULT_CONFIG"
     assert topic_name in admin.list_topics()
     admin.delete_topics([topic_name])
-    deadline = time.monotonic() + 10
-    while topic_name in admin.list_topics() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert topic_name not in admin.list_topics()
+    wait_until(lambda: topic_name not in admin.list_topics(), 10,
+               f"{topic_name} gone from the topic list", interval=0.2)

@@ -250,13 +250,15 @@ def test_tiering_status_cli_reports_lag(cluster, topic_name, capsys):
     create_topic(cluster.bootstrap_servers, topic_name, config=SMALL_SEGMENTS)
     produce(cluster.bootstrap_servers, topic_name, 1500)
     wait_tiered(cluster.storage_url, topic_name, (0,), at_least=500)
-    deadline = time.monotonic() + 15
-    out = ""
-    while not re.search(r"TieredEnd: \d+", out) and time.monotonic() < deadline:
+
+    def status_with_tiered_end() -> str:
         assert main(["tiering", "status", topic_name,
                      "--zookeeper", cluster.zookeeper_connect]) == 0
         out = capsys.readouterr().out
-        time.sleep(0.5)
+        return out if re.search(r"TieredEnd: \d+", out) else ""
+
+    out = wait_until(status_with_tiered_end, 15, "a TieredEnd in the tiering status",
+                     interval=0.5)
     assert f"Storage: {cluster.storage_url}" in out
     assert "Partition: 0\tLeader: 1\tTierStart: 0\tTieredEnd: " in out
     assert "LagOffsets: 0" in out

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments.records import Record, encode_batch
 from tests.admin_util import create_topic
 from tests.request_strategies import damaged_frames
@@ -210,12 +210,14 @@ def test_partial_frames_over_the_budget_are_closed_and_clients_still_served(
         live.assert_healthy(f"with {connections} parked partial frames")
         # each survivor holds its 3 MiB plus the chunk reserved for what comes next
         survivors = BUDGET // sent
-        deadline = time.monotonic() + 10
-        closed = 0
-        while closed < connections - survivors and time.monotonic() < deadline:
-            time.sleep(0.2)
-            closed = sum(_closed(s) for s in parked)
-        assert closed >= connections - survivors, f"only {closed} of {connections} closed"
+        closed = [0]
+
+        def enough_closed() -> bool:
+            closed[0] = sum(_closed(s) for s in parked)
+            return closed[0] >= connections - survivors
+
+        wait_until(enough_closed, 10, lambda: f"only {closed[0]} of {connections} closed",
+                   interval=0.2)
         assert "request memory full" in live.cluster.broker_log(1)
     finally:
         for sock in parked:
