@@ -13,6 +13,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from loglake.compaction.common import Cluster, Progress
+from loglake.dev.harness import wait_until
 from loglake.segments.tiered_table import TieredTable
 
 Record = tuple[int, int, bytes | None, bytes | None]
@@ -87,8 +88,8 @@ def consume_all(bootstrap: str, topic: str, partitions: Iterable[int], *, until:
     done = {p for p in partitions if until.get(p, 0) <= start}
     try:
         consumer.assign([TopicPartition(topic, p, start) for p in partitions])
-        deadline = time.monotonic() + timeout
-        while len(done) < len(list(until)) and time.monotonic() < deadline:
+
+        def all_done() -> bool:
             for msg in consumer.consume(1000, 0.5):
                 if msg.error() is not None:
                     assert msg.error().code() == KafkaError._PARTITION_EOF, str(msg.error())
@@ -96,6 +97,11 @@ def consume_all(bootstrap: str, topic: str, partitions: Iterable[int], *, until:
                 got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
                 if msg.offset() >= until[msg.partition()] - 1:
                     done.add(msg.partition())
+            return len(done) >= len(until)
+
+        if len(done) < len(until):
+            wait_until(all_done, timeout, lambda: f"{topic}: only partitions {sorted(done)} "
+                                                  f"reached {until}", interval=0)
     finally:
         consumer.close()
     return got
@@ -123,14 +129,9 @@ def watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
 def wait_earliest(bootstrap: str, topic: str, partition: int, expected: int, *,
                   timeout: float = 30.0) -> int:
     """Wait until ListOffsets(earliest) reports ``expected`` (brokers cache ~5 s)."""
-    deadline = time.monotonic() + timeout
-    low = -1
-    while time.monotonic() < deadline:
-        low, _ = watermarks(bootstrap, topic, partition)
-        if low == expected:
-            return low
-        time.sleep(0.5)
-    raise AssertionError(f"{topic}-{partition}: earliest {low}, expected {expected}")
+    wait_until(lambda: watermarks(bootstrap, topic, partition)[0] == expected, timeout,
+               f"{topic}-{partition}: earliest offset {expected}", interval=0.5)
+    return expected
 
 
 def table_version(cluster: Cluster, topic: str) -> int:

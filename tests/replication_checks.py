@@ -285,13 +285,17 @@ class ProducerLoop:
 
     def wait_acked(self, count: int, *, timeout: float) -> None:
         """Block until ``count`` values are acknowledged (AssertionError after ``timeout``)."""
-        deadline = time.monotonic() + timeout
-        while self.acked_count < count:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise AssertionError(
-                    f"only {self.acked_count} of {count} wanted acknowledgements after "
-                    f"{timeout:.0f}s; {self.summary()}")
-            time.sleep(0.1)
+
+        def reached() -> bool:
+            if self.acked_count >= count:
+                return True
+            assert self._thread.is_alive(), (
+                f"the producer stopped at {self.acked_count} of {count} wanted "
+                f"acknowledgements; {self.summary()}")
+            return False
+
+        wait_until(reached, timeout, lambda: f"only {self.acked_count} of {count} wanted "
+                                             f"acknowledgements; {self.summary()}")
 
     def wait_progress(self, more: int, *, timeout: float) -> None:
         """Block until ``more`` further values are acknowledged from now."""
@@ -303,18 +307,21 @@ class ProducerLoop:
         with self._lock:
             wanted = {p: self.stats.acked_per_partition[p] + more
                       for p in range(self.partitions)}
-        deadline = time.monotonic() + timeout
-        while True:
+        behind: dict[int, int] = {}
+
+        def all_progressed() -> bool:
+            nonlocal behind
             with self._lock:
                 behind = {p: self.stats.acked_per_partition[p] for p, n in wanted.items()
                           if self.stats.acked_per_partition[p] < n}
-            if not behind:
-                return
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise AssertionError(
-                    f"partitions {behind} (acks so far) did not get {more} more acknowledgements "
-                    f"within {timeout:.0f}s (wanted {wanted}); {self.summary()}")
-            time.sleep(0.1)
+            assert not behind or self._thread.is_alive(), (
+                f"the producer stopped with partitions {behind} (acks so far) short of "
+                f"{wanted}; {self.summary()}")
+            return not behind
+
+        wait_until(all_progressed, timeout,
+                   lambda: f"partitions {behind} (acks so far) did not get {more} more "
+                           f"acknowledgements (wanted {wanted}); {self.summary()}")
 
     def stop(self, *, timeout: float | None = None) -> ProducerStats:
         self._stop.set()
@@ -417,24 +424,27 @@ def produce_until_ok(dev: Any, zk: ZooKeeperView, topic: str, partition: int,
     """Send ``values`` as one batch to the partition's current leader (per ZooKeeper), retrying
     on errors until acknowledged or ``timeout``; returns value -> acknowledged place. Retries
     may duplicate the batch (it is not idempotent): only the acknowledged copy is returned."""
-    deadline = time.monotonic() + timeout
     outcomes: list[str] = []
-    while time.monotonic() < deadline:
+
+    def acknowledged() -> dict[bytes, Place] | None:
         state = zk.partition_state(topic, partition)
         leader = -1 if state is None else int(state["leader"])
-        if leader >= 0:
-            try:
-                with broker_client(dev, leader) as client:
-                    error, base = raw_produce(client, topic, partition, values, acks=acks)
-            except OSError as exc:
-                error, base = -1, -1
-                outcomes.append(f"broker {leader}: {exc}")
-            if error == 0:
-                return {v: (partition, base + i) for i, v in enumerate(values)}
-            outcomes.append(f"broker {leader}: error {error}")
-        time.sleep(0.5)
-    raise AssertionError(f"produce to {topic}-{partition} (acks={acks}) not acknowledged within "
-                         f"{timeout:.0f}s; last outcomes {outcomes[-5:]}")
+        if leader < 0:
+            return None
+        try:
+            with broker_client(dev, leader) as client:
+                error, base = raw_produce(client, topic, partition, values, acks=acks)
+        except OSError as exc:
+            outcomes.append(f"broker {leader}: {exc}")
+            return None
+        if error == 0:
+            return {v: (partition, base + i) for i, v in enumerate(values)}
+        outcomes.append(f"broker {leader}: error {error}")
+        return None
+
+    return wait_until(acknowledged, timeout,
+                      lambda: f"produce to {topic}-{partition} (acks={acks}) acknowledged; "
+                              f"last outcomes {outcomes[-5:]}", interval=0.5)
 
 
 def high_watermark(client: WireClient, topic: str, partition: int) -> tuple[int, int]:
@@ -491,8 +501,8 @@ def drain(bootstrap: str, topic: str, partitions: Iterable[int], *,
         pending = {p for p in wanted if high[p] > 0}
         if pending:
             consumer.assign([TopicPartition(topic, p, 0) for p in pending])
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
+
+        def drained() -> bool:
             for msg in consumer.consume(1000, 0.5):
                 error = msg.error()
                 if error is not None:
@@ -508,11 +518,16 @@ def drain(bootstrap: str, topic: str, partitions: Iterable[int], *,
                 got.append((offset, value))
                 if offset + 1 >= high[p]:
                     pending.discard(p)
+            return not pending
+
         if pending:
-            reached = {p: records[p][-1][0] + 1 if records[p] else 0 for p in pending}
-            raise AssertionError(
-                f"drain of {topic} did not reach the high watermarks {high} within "
-                f"{timeout:.0f}s; reached {reached}")
+
+            def reached() -> dict[int, int]:
+                return {p: records[p][-1][0] + 1 if records[p] else 0 for p in pending}
+
+            wait_until(drained, timeout, lambda: f"drain of {topic} to reach the high "
+                                                 f"watermarks {high}; reached {reached()}",
+                       interval=0)
         return Drained(records, high)
     finally:
         consumer.close()
@@ -677,24 +692,25 @@ def assert_replicas_converged(
     Returns partition -> broker -> offset -> value of the last read.
     """
     wanted = list(partitions)
-    deadline = time.monotonic() + timeout
     result: dict[int, dict[int, dict[int, bytes | None]]] = {}
-    for p in wanted:
-        while True:
+    problems: dict[int, list[str]] = {}
+
+    def converged() -> bool:
+        for p in [p for p in wanted if p not in result]:
             replicas = {b: read_replica(replica_dir(data_dir, b, topic, p)) for b in brokers}
             conflicts = find_divergence(replicas)
             assert not conflicts, (
                 f"{topic}-{p}: replicas hold different values at the same offset: {conflicts}")
-            problems = []
+            problems[p] = []
             for b, log in replicas.items():
                 end = max(log, default=-1) + 1
                 if sorted(log) != list(range(end)):
                     missing = sorted(set(range(end)) - set(log))[:5]
-                    problems.append(f"broker {b} has gaps below {end}, e.g. {missing}")
+                    problems[p].append(f"broker {b} has gaps below {end}, e.g. {missing}")
                 if drained is not None:
                     high = drained.high_watermarks[p]
                     if end < high:
-                        problems.append(f"broker {b} ends at {end} < high watermark {high}")
+                        problems[p].append(f"broker {b} ends at {end} < high watermark {high}")
                     else:
                         wrong = [(o, log.get(o), v) for o, v in drained.records[p]
                                  if log.get(o) != v]
@@ -703,14 +719,14 @@ def assert_replicas_converged(
                             f"{wrong[:5]} (offset, on disk, consumed)")
             ends = {b: max(log, default=-1) + 1 for b, log in replicas.items()}
             if len(set(ends.values())) > 1:
-                problems.append(f"replicas end at different offsets {ends}")
-            if not problems:
+                problems[p].append(f"replicas end at different offsets {ends}")
+            if not problems[p]:
                 result[p] = replicas
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{topic}-{p}: replicas did not converge within "
-                                     f"{timeout:.0f}s: {problems}")
-            time.sleep(0.5)
+                del problems[p]
+        return len(result) == len(wanted)
+
+    wait_until(converged, timeout, lambda: f"{topic}: replicas to converge: {problems}",
+               interval=0.5)
     return result
 
 

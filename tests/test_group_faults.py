@@ -36,6 +36,7 @@ from confluent_kafka import (
 from loglake.broker.groups.coordinator import coordinator_for
 from loglake.dev.harness import DevCluster
 from loglake.dev.harness import wait_until as harness_wait_until
+from tests.clients import consume_messages
 from tests.replication_checks import (
     DEFAULT_PRODUCER_CONFIG,
     REPLICATION_OVERRIDES,
@@ -271,48 +272,58 @@ def find_coordinator(dev: DevCluster, group: str, *, timeout: float = 60.0,
     test process (``rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0'``)
     when ``describe_consumer_groups``, and once ``list_consumer_group_offsets``, met a dead
     coordinator, which leaves the cluster and the workers running."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        for broker in BROKERS[:dev.brokers]:
-            try:
-                with WireClient("127.0.0.1", dev.broker_port(broker), timeout=5) as client:
-                    answer = client.request(10, 3, {"key": group, "key_type": 0})
-            except OSError as exc:
-                last = f"broker {broker}: {exc}"
-                continue
-            last = f"broker {broker}: error {int(answer.error_code)} node {answer.node_id}"
-            if int(answer.error_code) == 0 and int(answer.node_id) != other_than:
-                return int(answer.node_id)
-        time.sleep(0.5)
-    raise AssertionError(f"no coordinator for {group} (other than {other_than}) within "
-                         f"{timeout:.0f}s; last answer {last}")
+    last: list[str] = []
+    return harness_wait_until(
+        lambda: _ask_coordinator(dev, group, other_than, last), timeout,
+        lambda: f"a coordinator for {group} (other than {other_than}); last answer {last[-1:]}",
+        interval=0.5)
+
+
+def _ask_coordinator(dev: DevCluster, group: str, other_than: int | None,
+                     answers: list[str]) -> int | None:
+    """FindCoordinator v3 asked of each broker in turn until one names a coordinator (other
+    than ``other_than``); None if none did. What each said is appended to ``answers``."""
+    for broker in BROKERS[:dev.brokers]:
+        try:
+            with WireClient("127.0.0.1", dev.broker_port(broker), timeout=5) as client:
+                answer = client.request(10, 3, {"key": group, "key_type": 0})
+        except OSError as exc:
+            answers.append(f"broker {broker}: {exc}")
+            continue
+        answers.append(f"broker {broker}: error {int(answer.error_code)} node {answer.node_id}")
+        if int(answer.error_code) == 0 and int(answer.node_id) != other_than:
+            return int(answer.node_id)
+    return None
 
 
 def fetch_committed(dev: DevCluster, group: str, topic: str, partitions: int,
                     *, timeout: float = 60.0) -> dict[int, int]:
     """OffsetFetch v5 from the group's coordinator (raw request, bounded retries; see
     :func:`find_coordinator` for why not confluent's AdminClient). -1 means no offset."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        coordinator = find_coordinator(dev, group, timeout=max(1.0, deadline - time.monotonic()))
+    last: list[str] = []
+
+    def fetched() -> tuple[dict[int, int]] | None:
+        coordinator = _ask_coordinator(dev, group, None, last)
+        if coordinator is None:
+            return None
         try:
             with WireClient("127.0.0.1", dev.broker_port(coordinator), timeout=10) as client:
                 answer = client.request(9, 5, {"group_id": group, "topics": [
                     {"name": topic, "partition_indexes": list(range(partitions))}]})
         except OSError as exc:
-            last = f"broker {coordinator}: {exc}"
-            time.sleep(0.5)
-            continue
+            last.append(f"broker {coordinator}: {exc}")
+            return None
         errors = [int(answer.error_code)] + [int(p.error_code) for t in answer.topics
                                              for p in t.partitions]
-        last = f"broker {coordinator}: error codes {errors}"
-        if not any(errors):
-            return {int(p.partition_index): int(p.committed_offset)
-                    for t in answer.topics for p in t.partitions}
-        time.sleep(0.5)
-    raise AssertionError(f"OffsetFetch of {group} failed for {timeout:.0f}s: {last}")
+        last.append(f"broker {coordinator}: error codes {errors}")
+        if any(errors):
+            return None
+        return ({int(p.partition_index): int(p.committed_offset)
+                 for t in answer.topics for p in t.partitions},)
+
+    [committed] = harness_wait_until(fetched, timeout,
+                                     lambda: f"OffsetFetch of {group}: {last[-1:]}", interval=0.5)
+    return committed
 
 
 def zk_committed(zk: ZooKeeperView, group: str, topic: str) -> dict[int, int]:
@@ -360,11 +371,12 @@ def wait_stable(tail: EventTail, keys: list[str], partitions: int, zk: ZooKeeper
     """Wait until the workers ``keys`` hold disjoint assignments covering every partition, the
     ZooKeeper group state says Stable with ``members`` members, and no callback fired for
     ``quiet`` seconds. Returns the group state."""
-    deadline = time.monotonic() + timeout
     quiet_since = time.monotonic()
     last_events = -1
     state: dict[str, Any] | None = None
-    while time.monotonic() < deadline:
+
+    def stable() -> dict[str, Any] | None:
+        nonlocal quiet_since, last_events, state
         tail.poll()
         events = sum(len(v) for v in tail.assigns.values()) + sum(
             len(v) for v in tail.revokes.values())
@@ -377,10 +389,12 @@ def wait_stable(tail: EventTail, keys: list[str], partitions: int, zk: ZooKeeper
                 and state.get("state") == "Stable" and len(state.get("members", [])) == members
                 and time.monotonic() - quiet_since >= quiet):
             return state
-        time.sleep(0.25)
-    raise AssertionError(
-        f"group {group} not stable within {timeout:.0f}s: assignments "
-        f"{ {k: tail.last_assignment(k) for k in keys} }, state {state}")
+        return None
+
+    return harness_wait_until(
+        stable, timeout, lambda: f"group {group} stable: assignments "
+                                 f"{ {k: tail.last_assignment(k) for k in keys} }, state {state}",
+        interval=0.25)
 
 
 # ------------------------------------------------------------------------------ checks
@@ -719,11 +733,9 @@ def test_offsets_of_empty_group_expire(tmp_path: Path, zookeeper_hosts: str) -> 
                              "enable.auto.commit": False, "auto.offset.reset": "earliest"})
         try:
             consumer.subscribe([topic])
-            got = 0
-            deadline = time.monotonic() + 60
-            while got < 100 and time.monotonic() < deadline:
-                got += sum(1 for m in consumer.consume(100, 1.0) if m.error() is None)
-            assert got == 100, f"the leaving group consumed {got} of 100 records"
+            got = consume_messages(consumer, 100, timeout=60, batch=100, poll=1.0,
+                                   errors="skip", what="the leaving group's records")
+            assert len(got) == 100, f"the leaving group consumed {len(got)} of 100 records"
             consumer.commit(asynchronous=False)
         finally:
             consumer.close()
@@ -731,15 +743,17 @@ def test_offsets_of_empty_group_expire(tmp_path: Path, zookeeper_hosts: str) -> 
         assert zk_committed(zk, "leaving", topic) == {0: 100}
         wait_until("the active group committed", lambda: zk_committed(zk, "active", topic)
                    == {0: 100}, timeout=60)
-        deadline = empty_at + 150
-        while zk_committed(zk, "leaving", topic) and time.monotonic() < deadline:
+
+        def leaving_expired() -> bool:
             assert zk_committed(zk, "active", topic) == {0: 100}, (
                 "the active group's offsets disappeared")
-            time.sleep(1)
+            return not zk_committed(zk, "leaving", topic)
+
+        harness_wait_until(
+            leaving_expired, empty_at + 150 - time.monotonic(),
+            lambda: f"offsets of the empty group to expire\n{dev.broker_log(1)[-3000:]}",
+            interval=1)
         expired_after = time.monotonic() - empty_at
-        assert not zk_committed(zk, "leaving", topic), (
-            f"offsets of the empty group still there after {expired_after:.0f}s\n"
-            f"{dev.broker_log(1)[-3000:]}")
         assert expired_after >= 55, f"offsets expired after only {expired_after:.0f}s"
         time.sleep(5)  # five more expiry checks
         assert zk_committed(zk, "active", topic) == {0: 100}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from tests.replication_checks import (
     NOT_ENOUGH_REPLICAS,
     NOT_LEADER_OR_FOLLOWER,
@@ -49,12 +49,14 @@ def _values(prefix: str, count: int) -> list[bytes]:
     return [b"%s-%06d" % (prefix.encode(), i) for i in range(count)]
 
 
-def _restart_when_unregistered(dev: DevCluster, zk: ZooKeeperView, down: dict[int, float]) -> None:
-    """Start every killed broker whose ``/brokers/ids/<id>`` znode has disappeared."""
+def _restart_when_unregistered(dev: DevCluster, zk: ZooKeeperView, down: dict[int, float]) -> bool:
+    """Start every killed broker whose ``/brokers/ids/<id>`` znode has disappeared; whether
+    none is left down."""
     for broker in list(down):
         if not zk.registered(broker):
             dev.start_broker(broker)
             del down[broker]
+    return not down
 
 
 @pytest.mark.slow
@@ -89,11 +91,8 @@ def test_leader_kill_storm(tmp_path: Path, zookeeper_hosts: str) -> None:
                         down[leader] = time.monotonic()
                         killed.append(leader)
                 time.sleep(0.1)
-            deadline = time.monotonic() + 30
-            while down and time.monotonic() < deadline:
-                _restart_when_unregistered(dev, zk, down)
-                time.sleep(0.1)
-            assert not down, f"znodes of killed brokers {sorted(down)} never disappeared"
+            wait_until(lambda: _restart_when_unregistered(dev, zk, down), 30,
+                       lambda: f"znodes of killed brokers {sorted(down)} to disappear")
             try:
                 producer.wait_each_partition_progress(200, timeout=60)
                 producer.wait_acked(5001, timeout=60)
@@ -218,8 +217,8 @@ def test_min_insync_replicas_and_isr_reexpansion(tmp_path: Path, zookeeper_hosts
         for follower in followers:
             dev.start_broker(follower)
         joined: dict[int, int] = {}
-        deadline = time.monotonic() + 90
-        while len(joined) < 2 and time.monotonic() < deadline:
+
+        def both_joined() -> bool:
             state = zk.partition_state(topic, 0)
             for follower in followers:
                 if state is not None and follower in state["isr"] and follower not in joined:
@@ -228,9 +227,10 @@ def test_min_insync_replicas_and_isr_reexpansion(tmp_path: Path, zookeeper_hosts
                         f"broker {follower} joined the ISR ({state}) while its log ended at "
                         f"{end} < leader's {leader_end}: ISR expanded before catching up")
                     joined[follower] = end
-            time.sleep(0.02)
-        assert len(joined) == 2, (
-            f"ISR did not re-expand within 90s: {zk.partition_state(topic, 0)}")
+            return len(joined) == 2
+
+        wait_until(both_joined, 90,
+                   lambda: f"ISR to re-expand: {zk.partition_state(topic, 0)}", interval=0.02)
         acked.update(produce_until_ok(dev, zk, topic, 0, _values("after", 100), acks=-1,
                                       timeout=30))
         wait_for_full_isr(dev.bootstrap_servers, topic, [0], 3, timeout=30)
@@ -335,10 +335,8 @@ def test_kip101_divergent_follower_becomes_leader(tmp_path: Path, zookeeper_host
             with broker_client(dev, a) as client:
                 error, base = raw_produce(client, topic, 0, u1, acks=1)
                 assert (error, base) == (0, 100), f"u1 acks=1 answered {(error, base)}"
-                deadline = time.monotonic() + 10
-                while log_end_offset(replica_dir(dev.data_dir, b, topic, 0)) < 110:
-                    assert time.monotonic() < deadline, "B did not fetch u1 within 10 s"
-                    time.sleep(0.02)
+                wait_until(lambda: log_end_offset(replica_dir(dev.data_dir, b, topic, 0)) >= 110,
+                           10, "B to fetch u1", interval=0.02)
                 hw_error, hw = high_watermark(client, topic, 0)
                 assert (hw_error, hw) == (0, 100), (
                     f"high watermark {hw} (error {hw_error}) with C paused in the ISR: "
@@ -413,10 +411,8 @@ def test_sdk_admin_keeps_describing_after_the_controller_dies(tmp_path: Path,
         started = time.monotonic()
         info = admin.describe_topic(topic)
         assert len(info.partitions) == 3 and time.monotonic() - started < 10
-        deadline = time.monotonic() + 40  # the session timeout (6 s), then the election
-        while time.monotonic() < deadline:
-            info = admin.describe_topic(topic)
-            if all(p.leader not in (-1, controller) for p in info.partitions):
-                break
-            time.sleep(0.5)
-        assert all(p.leader not in (-1, controller) for p in info.partitions), info
+        # the session timeout (6 s), then the election
+        wait_until(lambda: all(p.leader not in (-1, controller)
+                               for p in admin.describe_topic(topic).partitions), 40,
+                   lambda: f"leaders other than {controller}: {admin.describe_topic(topic)}",
+                   interval=0.5)
