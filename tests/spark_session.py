@@ -110,17 +110,15 @@ def storage_of(zookeeper: str, secrets: dict[str, str] | None = None) -> Storage
 def wait_tiered(zookeeper: str, topic: str, targets: dict[int, int], *,
                 timeout: float = 60.0) -> dict[int, int]:
     """Wait until every partition's tiered end reaches its target; return the tiered ends."""
-    import time
-
+    from loglake.dev.harness import wait_until
     from loglake.segments.tiered_table import TieredTable
 
     table = TieredTable(storage_of(zookeeper), topic)
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def reached() -> tuple[dict[int, int]] | None:
         ends = {p: table.tiered_end(p) or 0 for p in targets}
-        if all(ends[p] >= target for p, target in targets.items()):
-            return ends
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{topic}: tiered ends {ends} did not reach {targets} "
-                                 f"within {timeout:g} s")
-        time.sleep(0.25)
+        return (ends,) if all(ends[p] >= target for p, target in targets.items()) else None
+
+    [ends] = wait_until(reached, timeout, f"{topic}: tiered ends to reach {targets}",
+                        interval=0.25)
+    return ends

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.streaming.options import parse_options
 from loglake.streaming.source import RangePartition, StreamReader
 from tests.admin_util import create_topic
@@ -168,14 +168,6 @@ def _collecting_sink(batches: dict[int, list[tuple[int, int, int]]]
     return sink
 
 
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def test_stream_from_earliest_exactly_once_across_restart(
         spark: SparkSession, cluster: DevCluster, topic_name: str, tmp_path: Path) -> None:
     name = f"stream.{topic_name}"
@@ -202,7 +194,7 @@ def test_stream_from_earliest_exactly_once_across_restart(
     query = start()
     producer.start()
     try:
-        _wait(lambda: len(batches) >= 3, 60, "three micro-batches")
+        wait_until(lambda: len(batches) >= 3, 60, "three micro-batches", interval=0.2)
     finally:
         query.stop()
     first_run = sum(len(rows) for rows in batches.values())
@@ -210,8 +202,8 @@ def test_stream_from_earliest_exactly_once_across_restart(
     query = start()
     try:
         producer.join(60)
-        _wait(lambda: sum(len(rows) for rows in batches.values()) >= total, 90,
-              f"{total} records")
+        wait_until(lambda: sum(len(rows) for rows in batches.values()) >= total, 90,
+                   f"{total} records", interval=0.2)
         time.sleep(1)  # a duplicate would show up in a later batch
     finally:
         query.stop()
@@ -280,7 +272,8 @@ def test_fail_on_data_loss(spark: SparkSession, tmp_path: Path, zookeeper_hosts:
             "retention.bytes": "6000"})
         produce_numbered(dev.bootstrap_servers, name, 0, 1500)
         with Admin(dev.bootstrap_servers) as admin:
-            _wait(lambda: admin.list_offsets(name, "earliest")[0] > 0, 30, "retention")
+            wait_until(lambda: admin.list_offsets(name, "earliest")[0] > 0, 30, "retention",
+                       interval=0.2)
             earliest = admin.list_offsets(name, "earliest")[0]
         reader = (spark.read.format("loglake").option("zookeeper", dev.zookeeper_connect)
                   .option("subscribe", name)
