@@ -21,14 +21,12 @@ def _read_everything(bootstrap: str, topic: str, timeout: float = 60.0) -> list:
     got = []
 
     def at_end() -> bool:
-        msg = consumer.poll(1.0)
-        if msg is None:
-            return False
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                return True
-            raise AssertionError(msg.error())
-        got.append(msg)
+        for msg in consumer.consume(10_000, 1.0):  # batches: up to ~2 M records to read
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return True
+                raise AssertionError(msg.error())
+            got.append(msg)
         return False
 
     try:
