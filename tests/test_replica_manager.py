@@ -9,6 +9,8 @@ flag) and tiered storage (a tier reader for a broker without one).
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from loglake.broker.replica_manager import (
 from loglake.broker.replication_quota import ReplicationQuotas
 from loglake.catalog.zookeeper import PartitionState, TopicMetadata
 from loglake.config import BrokerConfig, TopicConfig
+from loglake.segments import checkpoint
 from loglake.segments.records import Record, encode_batch
 
 T = TypeVar("T")
@@ -340,5 +343,34 @@ def test_list_offsets_earliest_latest_and_epoch(tmp_path: Path) -> None:
         assert (by_time.offset, by_time.timestamp) == (0, T0)
         assert s.manager.end_offset_for_epoch("t", 0, 0) == (0, 3)
         assert await s.manager.legacy_offsets("t", 0, -1, 5, replica_id=-1) == [3, 0]
+
+    run(test, tmp_path, replicas=(ME,))
+
+
+# ---------------------------------------------------------------------- flush scheduler
+def test_flush_pass_fsyncs_rolled_segments_and_checkpoints_the_high_watermark_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    async def test(s: Setup) -> None:
+        await s.produce(4)
+        s.partition.log.roll()
+        await s.produce(2)
+        s.partition.log.roll()  # the second roll's flush covers offsets below 6
+        loop_thread = threading.get_ident()
+        threads: set[int] = set()
+        real_fsync = os.fsync
+
+        def recording_fsync(fd: int) -> None:
+            threads.add(threading.get_ident())
+            real_fsync(fd)
+
+        os.fsync = recording_fsync
+        try:
+            await s.manager.flush_and_checkpoint()
+        finally:
+            os.fsync = real_fsync
+        assert s.partition.log.recovery_point == 6
+        assert threads and loop_thread not in threads, "fsyncs ran on the event loop"
+        assert checkpoint.read_high_watermark(tmp_path / "t-0") == 6
 
     run(test, tmp_path, replicas=(ME,))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -393,6 +394,65 @@ def test_rolled_segment_flushed_by_scheduler(tmp_path: Path) -> None:
     log.flush_if_due()
     assert log.recovery_point == 3
     log.close()
+
+
+def test_planned_flush_runs_in_a_worker_thread_and_counts_once_done(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    log.append(make_batch(3))
+    log.roll()
+    log.append(make_batch(1))
+    job = log.prepare_flush()
+    assert job is not None and job.target == 3
+    assert log.recovery_point == 0  # nothing counts before the fsyncs ran
+    worker = threading.Thread(target=job.run)
+    worker.start()
+    log.append(make_batch(2))  # the loop keeps appending meanwhile
+    worker.join(10)
+    log.complete_flush(job)
+    assert log.recovery_point == 3
+    assert log.prepare_flush() is None  # the roll's flush is done; flush.ms never due
+    log.close()
+
+
+def test_flush_planned_before_a_truncation_does_not_advance_the_recovery_point(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path, clock, flush_ms=1000)
+    log.append(make_batch(5))
+    clock.advance(1000)
+    job = log.prepare_flush()
+    assert job is not None and job.target == 5
+    log.truncate_to(2)
+    log.append(make_batch(3))  # offsets 2..4 again, not fsynced by the job
+    job.run()
+    log.complete_flush(job)
+    assert log.recovery_point <= 2
+    log.close()
+
+
+def test_close_waits_for_a_flush_in_progress(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    log.append(make_batch(3))
+    holding, release = threading.Event(), threading.Event()
+
+    def flushing() -> None:  # a worker in the middle of the log's fsyncs
+        with log.io_lock:
+            holding.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=flushing)
+    worker.start()
+    assert holding.wait(10)
+    closed = threading.Event()
+    closer = threading.Thread(target=lambda: (log.close(), closed.set()))
+    closer.start()
+    assert not closed.wait(0.3)  # blocked on the io_lock
+    release.set()
+    assert closed.wait(10)
+    worker.join(10)
+    closer.join(10)
 
 
 def test_close_writes_checkpoints_and_marker(tmp_path: Path) -> None:

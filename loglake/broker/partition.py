@@ -395,16 +395,38 @@ class Partition:
         return checkpoint.read_high_watermark(self.log.directory)
 
     def checkpoint_hw(self) -> None:
-        if self._hw != self._hw_checkpointed:
-            checkpoint.write_high_watermark(self.log.directory, self._hw)
-            self._hw_checkpointed = self._hw
+        """Write the high-watermark checkpoint now if it changed (on the loop)."""
+        with self.log.io_lock:
+            if self._hw != self._hw_checkpointed:
+                checkpoint.write_high_watermark(self.log.directory, self._hw)
+                self._hw_checkpointed = self._hw
+
+    def prepare_hw_checkpoint(self) -> int | None:
+        """On the loop: the high watermark to checkpoint, or None if the file has it."""
+        return None if self.closed or self._hw == self._hw_checkpointed else self._hw
+
+    def write_hw_checkpoint(self, hw: int) -> bool:
+        """Any thread: write ``hw`` (from :meth:`prepare_hw_checkpoint`) unless the partition
+        closed meanwhile (close writes the newest itself); holds the log's ``io_lock``."""
+        with self.log.io_lock:
+            if self.closed:
+                return False
+            checkpoint.write_high_watermark(self.log.directory, hw)
+            return True
+
+    def hw_checkpoint_written(self, hw: int) -> None:
+        """On the loop, after :meth:`write_hw_checkpoint` wrote ``hw``."""
+        self._hw_checkpointed = hw
 
     def update_config(self, config: TopicConfig) -> None:
         self.config = config
         self.log.update_config(config)
 
     def close(self) -> None:
-        self.closed = True
-        self._wake()
-        self.checkpoint_hw()
-        self.log.close()
+        with self.log.io_lock:  # waits for a flush of this partition in a worker thread
+            self.closed = True
+            self._wake()
+            if self._hw != self._hw_checkpointed:
+                checkpoint.write_high_watermark(self.log.directory, self._hw)
+                self._hw_checkpointed = self._hw
+            self.log.close()

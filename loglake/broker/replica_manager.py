@@ -48,11 +48,13 @@ Offsets: :meth:`ReplicaManager.offset_for_timestamp` (ListOffsets v1+),
 
 Flush scheduler (Kafka's ``LogManager`` flush scheduler and ``ReplicaManager``'s high-watermark
 checkpoint): :meth:`ReplicaManager.flush_loop` runs every ``log.flush.scheduler.interval.ms``;
-each partition's log fsyncs when its ``flush.messages``/``flush.ms`` is due and its
-high-watermark checkpoint is written when it changed (segments/checkpoint.py: the file).
+each partition's log fsyncs when its ``flush.messages``/``flush.ms`` is due or a segment rolled,
+and its high-watermark checkpoint is written when it changed (segments/checkpoint.py: the file).
+The pass picks the work on the loop and runs the fsyncs in a worker thread.
 
-Thread-safety: event-loop thread only (like :class:`~loglake.broker.partition.Partition`); no
-locks. Segment files' modification times are read in a worker thread.
+Thread-safety: event-loop thread only (like :class:`~loglake.broker.partition.Partition`); the
+flush pass's worker thread touches only files, under each log's ``io_lock``. Segment files'
+modification times are read in a worker thread.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ from loglake.errors import (
     RecordError,
     UnknownTopicError,
 )
+from loglake.segments.log import FlushJob
 from loglake.segments.validation import check_produce_records
 
 log = logging.getLogger(__name__)
@@ -498,16 +501,30 @@ class ReplicaManager:
         return epoch, end
 
     # ---- flush scheduler and high-watermark checkpoint
-    def flush_and_checkpoint(self) -> None:
+    async def flush_and_checkpoint(self) -> None:
         """One pass over the hosted partitions: fsync each log whose ``flush.messages`` /
-        ``flush.ms`` is due, and write each high-watermark checkpoint that changed. A
-        partition that fails is logged; the others still go."""
+        ``flush.ms`` is due or that rolled a segment, and write each high-watermark checkpoint
+        that changed. What is due is picked on the loop; the fsyncs and checkpoint writes run
+        in one worker thread (they hold each log's ``io_lock``, segments/log.py), so the loop
+        keeps serving meanwhile. A partition that fails is logged; the others still go."""
+        work: list[tuple[Partition, FlushJob | None, int | None]] = []
         for partition in list(self.partitions.values()):
             try:
-                partition.log.flush_if_due()
-                partition.checkpoint_hw()
+                job = partition.log.prepare_flush()
+                hw = partition.prepare_hw_checkpoint()
             except Exception:
                 log.exception("flush of %s failed", partition.name)
+                continue
+            if job is not None or hw is not None:
+                work.append((partition, job, hw))
+        if not work:
+            return
+        outcomes = await asyncio.to_thread(_run_flushes, work)
+        for (partition, job, hw), (flushed, hw_written) in zip(work, outcomes, strict=True):
+            if flushed and job is not None:
+                partition.log.complete_flush(job)
+            if hw_written and hw is not None:
+                partition.hw_checkpoint_written(hw)
 
     async def flush_loop(self) -> None:
         """:meth:`flush_and_checkpoint` every ``log.flush.scheduler.interval.ms``, until
@@ -515,7 +532,27 @@ class ReplicaManager:
         interval = self.config.log_flush_scheduler_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            self.flush_and_checkpoint()
+            await self.flush_and_checkpoint()
+
+
+def _run_flushes(
+    work: Sequence[tuple[Partition, FlushJob | None, int | None]],
+) -> list[tuple[bool, bool]]:
+    """Worker thread: run each partition's flush job and high-watermark write; per partition
+    (flushed, hw written). A failure is logged and leaves that part for the next pass."""
+    outcomes = []
+    for partition, job, hw in work:
+        flushed = hw_written = False
+        try:
+            if job is not None:
+                job.run()
+                flushed = True
+            if hw is not None:
+                hw_written = partition.write_hw_checkpoint(hw)
+        except Exception:
+            log.exception("flush of %s failed", partition.name)
+        outcomes.append((flushed, hw_written))
+    return outcomes
 
 
 def _mtimes_ms(paths: Sequence[Path]) -> list[int]:

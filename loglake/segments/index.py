@@ -158,15 +158,19 @@ class _SparseIndex:
         """fsync the index file if it changed since the last flush (even if closed)."""
         if not self._dirty:
             return
-        if self._fd is not None:
-            os.fsync(self._fd)
-        else:
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        self._dirty = False
+        self._dirty = False  # before the fsync: an entry appended meanwhile marks it again
+        try:
+            if self._fd is not None:
+                os.fsync(self._fd)
+            else:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except BaseException:
+            self._dirty = True
+            raise
 
     def close(self) -> None:
         """Close the file handle; the in-memory entries stay usable for lookups."""

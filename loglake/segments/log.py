@@ -27,9 +27,13 @@ Segment deletion is a numbered protocol:
 ``*.deleted``, (3) unlinked; leftovers of an interrupted (2)/(3) are removed on open.
 
 Thread-safety: a PartitionLog is owned by the broker's asyncio event-loop thread; every method
-must be called from it, with no locking. The exception is :meth:`PartitionLog.flush`, which only
-fsyncs files and advances the recovery point monotonically, so it may be moved to a worker
-thread while the loop keeps appending (but not concurrently with truncate/delete/close).
+must be called from it. The exception is the periodic flush, split in three so its fsyncs run
+in a worker thread while the loop keeps appending: :meth:`PartitionLog.prepare_flush` (loop)
+picks what is due, :meth:`FlushJob.run` (any thread) fsyncs it holding :attr:`PartitionLog.io_lock`,
+:meth:`PartitionLog.complete_flush` (loop) advances the recovery point unless the log was cut
+meanwhile. Everything that closes or deletes segment files on the loop (close, delete,
+truncation, retention) holds ``io_lock`` too, so a file is never closed under a running fsync;
+the loop waits for it only while a flush of the same partition is in progress.
 """
 
 from __future__ import annotations
@@ -37,12 +41,15 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from loglake.config import TopicConfig
 from loglake.errors import (
@@ -104,6 +111,40 @@ class SegmentInfo:
     active: bool
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _holding_io_lock(method: _Method) -> _Method:
+    """Run a PartitionLog method holding its ``io_lock`` (it closes or deletes files)."""
+
+    @functools.wraps(method)
+    def locked(self: PartitionLog, *args: Any, **kwargs: Any) -> Any:
+        with self.io_lock:
+            return method(self, *args, **kwargs)
+
+    return cast(_Method, locked)
+
+
+@dataclass
+class FlushJob:
+    """fsyncs planned by :meth:`PartitionLog.prepare_flush`: ``segments`` (those holding
+    offsets below ``target`` not yet durable) and the directory if files were created in it.
+    :meth:`run` may be called from any thread; it holds the log's ``io_lock``."""
+
+    log: PartitionLog
+    target: int
+    generation: int
+    segments: list[LogSegment]
+    directory: bool
+
+    def run(self) -> None:
+        with self.log.io_lock:
+            for segment in self.segments:
+                segment.flush()  # a segment closed meanwhile was flushed before it closed
+            if self.directory:
+                checkpoint.fsync_directory(self.log.directory)
+
+
 class PartitionLog:
     """The log of one partition; open it with :meth:`PartitionLog.open`."""
 
@@ -133,6 +174,8 @@ class PartitionLog:
         self._pending_roll_flush: int | None = None
         self._directory_dirty = False
         self._closed = False
+        self.io_lock = threading.RLock()  # fsyncs in a worker vs. closing files on the loop
+        self._generation = 0  # bumped by every cut: a flush planned before it must not count
         self.on_roll: Callable[[], None] | None = None  # told after a segment is sealed
         self.leader_epoch_cache, self._epoch_cache_valid = LeaderEpochCache.load(
             directory / filenames.LEADER_EPOCH_CHECKPOINT, lambda: self._next_offset
@@ -506,6 +549,7 @@ class PartitionLog:
             return segment
         return self._roll(first_offset, now_ms)
 
+    @_holding_io_lock
     def _roll(self, base_offset: int, now_ms: int) -> LogSegment:
         old = self._active
         if old.size == 0:
@@ -668,21 +712,45 @@ class PartitionLog:
         self._last_flush_ms = self._now_ms()
 
     def flush_if_due(self, now_ms: float | None = None) -> None:
-        """Periodic work for the broker's flush scheduler: fsync rolled segments, apply
-        flush.ms, and write the checkpoints at most every CHECKPOINT_INTERVAL_MS."""
+        """The periodic flush done inline (tests, tools): :meth:`prepare_flush`, the job,
+        :meth:`complete_flush`. The broker runs the job in a worker thread instead."""
+        job = self.prepare_flush(now_ms)
+        if job is not None:
+            job.run()
+            self.complete_flush(job)
+
+    def prepare_flush(self, now_ms: float | None = None) -> FlushJob | None:
+        """On the loop: what the flush scheduler should fsync now (segments rolled since the
+        last flush, everything when ``flush.ms`` is due), or None. Checkpoints are written here
+        at most every CHECKPOINT_INTERVAL_MS (small files, on the loop)."""
         self._check_open()
         now = self._now_ms() if now_ms is None else int(now_ms)
+        target = self._recovery_point
         if self._pending_roll_flush is not None:
-            up_to, self._pending_roll_flush = self._pending_roll_flush, None
-            self.flush(up_to)
+            target, self._pending_roll_flush = self._pending_roll_flush, None
         if (
             self._next_offset > self._recovery_point
             and now - self._last_flush_ms >= self.config.flush_ms
         ):
-            self.flush()
+            target = self._next_offset
         if now - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
             self._write_checkpoints()
             self._last_checkpoint_ms = now
+        if target <= self._recovery_point:
+            return None
+        start = self._recovery_point
+        segments = [segment for segment in self._segments
+                    if segment.next_offset > start and segment.base_offset < target]
+        directory = self._directory_dirty
+        self._directory_dirty = False
+        self._last_flush_ms = now
+        return FlushJob(self, target, self._generation, segments, directory)
+
+    def complete_flush(self, job: FlushJob) -> None:
+        """On the loop, after :meth:`FlushJob.run` succeeded: advance the recovery point to the
+        job's target, unless the log was cut (truncated, restarted) since it was planned."""
+        if job.generation == self._generation and not self._closed:
+            self._recovery_point = max(self._recovery_point, min(job.target, self._next_offset))
 
     def write_checkpoints(self) -> None:
         """Durably write the recovery point and log start offset checkpoints (if changed)."""
@@ -702,22 +770,24 @@ class PartitionLog:
 
     def close(self) -> None:
         """Flush, seal every segment, write checkpoints and the clean-shutdown marker."""
-        if self._closed:
-            return
-        self.flush()
-        for segment in self._segments:
-            segment.close()
-        self._write_checkpoints()
-        checkpoint.write_durably(self.directory / filenames.CLEAN_SHUTDOWN_MARKER, b"")
-        self._closed = True
+        with self.io_lock:
+            if self._closed:
+                return
+            self.flush()
+            for segment in self._segments:
+                segment.close()
+            self._write_checkpoints()
+            checkpoint.write_durably(self.directory / filenames.CLEAN_SHUTDOWN_MARKER, b"")
+            self._closed = True
 
     def delete(self) -> None:
         """Close the files and remove the partition directory (renamed first, so a crash
         leaves a ``*-delete`` directory that the broker removes on start)."""
-        for segment in self._segments:
-            with contextlib.suppress(OSError):
-                segment.close()
-        self._closed = True
+        with self.io_lock:
+            for segment in self._segments:
+                with contextlib.suppress(OSError):
+                    segment.close()
+            self._closed = True
         target = filenames.deleted_directory(self.directory)
         os.replace(self.directory, target)
         checkpoint.fsync_directory(target.parent)
@@ -737,6 +807,7 @@ class PartitionLog:
 
     # ------------------------------------------------------------- truncation, retention
 
+    @_holding_io_lock
     def truncate_to(self, offset: int) -> None:
         """Remove every batch at or after ``offset`` (follower truncation). A batch that
         contains ``offset`` is removed whole, so log_end_offset may end up below ``offset``.
@@ -746,6 +817,7 @@ class PartitionLog:
             raise ValueError(f"cannot truncate {self.directory.name} to negative offset {offset}")
         if offset >= self._next_offset:
             return
+        self._generation += 1
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return
@@ -764,9 +836,11 @@ class PartitionLog:
         self.leader_epoch_cache.truncate_from_end(self._next_offset)
         self._write_checkpoints()
 
+    @_holding_io_lock
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log empty at ``offset`` (log start = end)."""
         self._check_open()
+        self._generation += 1
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(
@@ -799,6 +873,7 @@ class PartitionLog:
         self._write_checkpoints()
         self.leader_epoch_cache.truncate_from_start(offset)
 
+    @_holding_io_lock
     def delete_segments_before(self, offset: int) -> int:
         """Delete the oldest segments whose every offset is < ``offset`` (rolling first if the
         active segment qualifies); returns how many were deleted. The log start offset moves
