@@ -53,8 +53,9 @@ SessionExpired and OperationTimeout (and a connect time-out) become
 :class:`ZooKeeperUnavailableError` (retriable); a stopped catalog raises
 :class:`CatalogClosedError`. :meth:`ClusterCatalog.retrying` waits such outages out (bounded
 backoff, one log line per failed attempt); :func:`zookeeper_unavailable` classifies an exception
-for callers that reach kazoo some other way. Node-level outcomes that callers decide on
-(NoNode, NodeExists, BadVersion) keep their kazoo types where documented.
+for callers that reach kazoo some other way. Node-level outcomes that callers decide on are
+typed too: a topic that exists (TopicExistsError) or not (UnknownTopicError), a conditioned
+write that lost a race (StaleStateError); no kazoo exception leaves this package.
 
 Sessions (see :class:`SessionEvent`): kazoo reconnects by itself and, after an expiry (state
 LOST), opens a *new* session. The catalog remembers every session id it has held, so a
@@ -1091,10 +1092,14 @@ class ClusterCatalog:
     def set_partition_state(self, topic: str, partition: int, state: PartitionState) -> int:
         """Write ``state`` only if the znode is still at ``state.zk_version``; new version back.
 
-        Raises kazoo's BadVersionError when someone else wrote in between.
+        Raises StaleStateError when someone else wrote in between.
         """
-        stat = self.zk.set(f"{TOPICS}/{topic}/partitions/{partition}/state", state.to_json(),
-                           version=state.zk_version)
+        try:
+            stat = self.zk.set(f"{TOPICS}/{topic}/partitions/{partition}/state",
+                               state.to_json(), version=state.zk_version)
+        except BadVersionError:
+            raise StaleStateError(
+                f"state of {topic}-{partition} changed concurrently") from None
         return int(stat.version)
 
     @_zookeeper_op
@@ -1175,11 +1180,7 @@ class ClusterCatalog:
         Raises StaleStateError when someone (controller, new leader) wrote in between.
         """
         if assignment_version is None:
-            try:
-                return self.set_partition_state(topic, partition, state)
-            except BadVersionError:
-                raise StaleStateError(
-                    f"state of {topic}-{partition} changed concurrently") from None
+            return self.set_partition_state(topic, partition, state)
         tx = self.zk.transaction()
         tx.check(f"{TOPICS}/{topic}", assignment_version)
         tx.set_data(f"{TOPICS}/{topic}/partitions/{partition}/state", state.to_json(),
