@@ -5,7 +5,9 @@
 * No module under ``loglake/catalog/`` imports ``loglake.streaming``: the Spark side may use the
   ZooKeeper layer, never the other way round.
 * No module under ``loglake/broker/`` imports kazoo: kazoo types and exceptions stay inside
-  ``loglake/catalog/`` (the broker talks to ZooKeeper through ``ClusterCatalog``).
+  ``loglake/catalog/`` (the broker talks to ZooKeeper through ``ClusterCatalog``); nor does
+  the Spark side, the jobs, the SDK or ``loglake/segments/`` (only dev clusters besides).
+* ``loglake/segments/`` imports nothing above it (broker, catalog, Spark side, jobs, SDK).
 * Request handlers (``loglake/broker/handlers/``) import none of the broker's wiring and
   background parts (the broker, the controller, tiered storage, the ZooKeeper session, the
   topic sync, replica states, ISR manager and fetchers): they reach what they need through
@@ -63,6 +65,20 @@ def test_catalog_does_not_import_streaming() -> None:
 
 def test_broker_does_not_import_kazoo() -> None:
     assert _offenders("broker", "kazoo") == []
+
+
+def test_only_the_zookeeper_layer_and_dev_clusters_import_kazoo() -> None:
+    """The Spark side, the jobs, the SDK and the tools reach ZooKeeper through the catalog
+    (dev clusters create chroots and read their own state directly)."""
+    for package in ("segments", "streaming", "compaction", "client"):
+        assert _offenders(package, "kazoo") == [], package
+
+
+def test_segments_import_no_broker_catalog_or_spark_side() -> None:
+    """The log and the tier formats depend on nothing above them."""
+    for upper in ("loglake.broker", "loglake.catalog", "loglake.streaming",
+                  "loglake.compaction", "loglake.client"):
+        assert _offenders("segments", upper) == [], upper
 
 
 TIER_MODULES = ("tiering", "tier_writer", "tier_reads", "tier_state", "local_retention",
