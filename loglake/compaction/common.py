@@ -24,6 +24,8 @@ Driver-side; not thread-safe (one ZooKeeper session per :class:`Cluster`).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -153,6 +155,21 @@ def commit_replace(
             create_checkpoint=False, cleanup_expired_logs=False),
     )
     crash_point(f"{operation}-after-commit")  # committed; brokers not told yet
+
+
+def keep_first_offset(written: Sequence[PendingFile], first_offset: int) -> list[PendingFile]:
+    """The files a rewrite (compaction, optimize) wrote, the first one's ``minValues.offset``
+    statistic lowered to the first offset of the files it replaces (a looser bound is still a
+    valid Delta statistic). Brokers take a partition's earliest offset from that statistic:
+    like Kafka's log start offset, it must not move because a rewrite dropped the first records
+    or repacked files (a consumer at the old start would get OFFSET_OUT_OF_RANGE and, with
+    auto.offset.reset=latest, skip everything); a fetch there gets the next surviving batch."""
+    if not written:
+        return []
+    first = written[0]
+    stats = json.loads(first.stats)
+    stats["minValues"]["offset"] = min(first_offset, int(stats["minValues"]["offset"]))
+    return [dataclasses.replace(first, stats=json.dumps(stats)), *written[1:]]
 
 
 def backoff(attempt: int) -> None:

@@ -37,9 +37,7 @@ appends never conflict.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,13 +51,13 @@ from loglake.compaction.common import (
     Progress,
     backoff,
     commit_replace,
+    keep_first_offset,
 )
 from loglake.compaction.progress import SparkProgress
 from loglake.compaction.rewrite import RewriteOutcome, RewritePlan, rewrite_partition
 from loglake.config import TopicConfig
 from loglake.segments.storage import Storage
 from loglake.segments.tiered_table import (
-    PendingFile,
     TieredTable,
     TierFile,
     cleaned_end,
@@ -215,7 +213,7 @@ def _commit(table: TieredTable, plan: PartitionPlan, outcome: RewriteOutcome,
         try:
             commit_replace(
                 table, {plan.partition: plan.files},
-                {plan.partition: _keep_start(outcome.written, plan.files[0].min_offset)},
+                {plan.partition: keep_first_offset(outcome.written, plan.files[0].min_offset)},
                 operation="compact",
                 metadata={"loglake.partition": str(plan.partition),
                           "loglake.cleaned_end": str(plan.cleanable_end)},
@@ -225,21 +223,6 @@ def _commit(table: TieredTable, plan: PartitionPlan, outcome: RewriteOutcome,
         except CommitFailedError:
             backoff(attempt)
     return False
-
-
-def _keep_start(written: Sequence[PendingFile], first_offset: int) -> list[PendingFile]:
-    """The written files, the first one's ``minValues.offset`` statistic lowered to the first
-    offset of the files it replaces (a looser bound is still a valid Delta statistic). Brokers
-    take a partition's earliest offset from that statistic: like Kafka's log start offset, it
-    must not move because compaction dropped the first records (a consumer at the old start
-    would get OFFSET_OUT_OF_RANGE and, with auto.offset.reset=latest, skip everything); a
-    fetch there gets the next surviving batch."""
-    if not written:
-        return []
-    first = written[0]
-    stats = json.loads(first.stats)
-    stats["minValues"]["offset"] = min(first_offset, int(stats["minValues"]["offset"]))
-    return [dataclasses.replace(first, stats=json.dumps(stats)), *written[1:]]
 
 
 def run_compaction(cluster: Cluster, *, spark: Callable[[], SparkSession],

@@ -22,6 +22,7 @@ from loglake.compaction.common import (
     Progress,
     backoff,
     commit_replace,
+    keep_first_offset,
     offsets_text,
 )
 from loglake.compaction.rewrite import RewritePlan, rewrite_partition
@@ -83,7 +84,7 @@ def optimize_partition(table: TieredTable, partition: int, *, dry_run: bool = Fa
         for group in groups:
             outcome = rewrite_partition(table.storage, RewritePlan(
                 table.topic, partition, tuple(f.uri for f in group)))
-            written += outcome.written
+            written += keep_first_offset(outcome.written, min(f.min_offset for f in group))
         table.table(refresh=True)
         live = {f.uri for f in table.files(partition)}
         if not {f.uri for f in inputs} <= live:
