@@ -395,7 +395,7 @@ class Partition:
         return checkpoint.read_high_watermark(self.log.directory)
 
     def checkpoint_hw(self) -> None:
-        """Write the high-watermark checkpoint now if it changed (on the loop)."""
+        """Write the high-watermark checkpoint now if it changed (on the loop; at close)."""
         with self.log.io_lock:
             if self._hw != self._hw_checkpointed:
                 checkpoint.write_high_watermark(self.log.directory, self._hw)
@@ -426,7 +426,5 @@ class Partition:
         with self.log.io_lock:  # waits for a flush of this partition in a worker thread
             self.closed = True
             self._wake()
-            if self._hw != self._hw_checkpointed:
-                checkpoint.write_high_watermark(self.log.directory, self._hw)
-                self._hw_checkpointed = self._hw
+            self.checkpoint_hw()
             self.log.close()
