@@ -432,6 +432,22 @@ def test_flush_planned_before_a_truncation_does_not_advance_the_recovery_point(
     log.close()
 
 
+def test_flush_planned_before_retention_skips_the_deleted_segment(tmp_path: Path) -> None:
+    clock = FakeClock()
+    log = open_log(tmp_path, clock)
+    log.append(make_batch(3))
+    log.roll()
+    log.append(make_batch(2))
+    log.roll()
+    job = log.prepare_flush()
+    assert job is not None and len(job.segments) == 2
+    assert log.delete_segments_before(3) == 1  # retention removes the first planned segment
+    job.run()  # the other one is still fsynced; the deleted one's files are gone
+    log.complete_flush(job)
+    assert log.recovery_point == 5
+    log.close()
+
+
 def test_close_waits_for_a_flush_in_progress(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     log.append(make_batch(3))

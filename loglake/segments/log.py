@@ -139,8 +139,10 @@ class FlushJob:
 
     def run(self) -> None:
         with self.log.io_lock:
+            live = {id(segment) for segment in self.log._segments}
             for segment in self.segments:
-                segment.flush()  # a segment closed meanwhile was flushed before it closed
+                if id(segment) in live:  # not deleted (retention, truncation) meanwhile
+                    segment.flush()
             if self.directory:
                 checkpoint.fsync_directory(self.log.directory)
 
