@@ -48,7 +48,12 @@ from loglake.segments.batch import (
     read_header,
 )
 from loglake.segments.records import _read_varint, decompress
-from loglake.segments.varints import SHORT_VARINTS
+from loglake.segments.varints import (
+    MIN_RECORD_LENGTH,
+    PAST_ANY_END,
+    RECORD_STEPS,
+    SHORT_VARINT_ARRAY,
+)
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 """Arrow type of the ``headers`` column."""
@@ -57,16 +62,6 @@ U64 = pa.uint64()
 
 # ------------------------------------------------------------------------------- decoding
 
-_SHORT_VARINTS = SHORT_VARINTS
-_MIN_RECORD_LENGTH = 6  # attributes, timestampDelta, offsetDelta, key/value lengths, headers
-_PAST_ANY_END = 1 << 62
-_STEPS = [
-    (1 if index < 0x80 else 2) + value if value >= _MIN_RECORD_LENGTH else _PAST_ANY_END
-    for index, value in enumerate(_SHORT_VARINTS)
-]
-"""How far a record whose length prefix is the one- or two-byte varint at ``index`` (as in
-_SHORT_VARINTS) reaches: prefix + length; far past any end for lengths below the minimum."""
-_SHORT_VARINT_ARRAY = pa.array(_SHORT_VARINTS, I64)
 MAX_VARINT_BYTES = 10
 
 
@@ -225,7 +220,7 @@ def _walk(data: bytes, pos: int, end: int, record_count: int, base_offset: int,
           starts: array[int]) -> None:
     """Append to ``starts`` where each record of ``data[pos:end]`` starts; CorruptRecordError
     unless exactly ``record_count`` records fill it."""
-    steps, varint = _STEPS, _read_varint
+    steps, varint = RECORD_STEPS, _read_varint
     add = starts.append
     first = len(starts)
     while pos < end:
@@ -239,12 +234,12 @@ def _walk(data: bytes, pos: int, end: int, record_count: int, base_offset: int,
                 pos += steps[b + (c << 7)]
             else:
                 length, pos = varint(data, pos)
-                pos += length if length >= _MIN_RECORD_LENGTH else _PAST_ANY_END
+                pos += length if length >= MIN_RECORD_LENGTH else PAST_ANY_END
     found = len(starts) - first
     if pos != end:
         raise CorruptRecordError(
             f"record {found - 1} of batch at base offset {base_offset} declares a length "
-            f"below {_MIN_RECORD_LENGTH} or past the end of the batch"
+            f"below {MIN_RECORD_LENGTH} or past the end of the batch"
         )
     if found != record_count:
         raise CorruptRecordError(
@@ -325,14 +320,14 @@ class _Reader:
             return positions, positions
         first = self.bytes.take(positions)
         if pc.max(first).as_py() < 0x80:
-            return _SHORT_VARINT_ARRAY.take(first), pc.add(positions, 1)
+            return SHORT_VARINT_ARRAY.take(first), pc.add(positions, 1)
         second = self.bytes.take(pc.min_element_wise(pc.add(positions, 1), self.last))
         multi = pc.greater_equal(first, 0x80)
         if pc.any(pc.and_(multi, pc.greater_equal(second, 0x80))).as_py():
             return self._long_varints(positions)
         extra = multi.cast(I64)
         index = pc.add(first.cast(I64), pc.multiply(pc.shift_left(second.cast(I64), 7), extra))
-        return _SHORT_VARINT_ARRAY.take(index), pc.add(positions, pc.add(extra, 1))
+        return SHORT_VARINT_ARRAY.take(index), pc.add(positions, pc.add(extra, 1))
 
     def _long_varints(self, positions: pa.Array) -> tuple[pa.Array, pa.Array]:
         byte = self.bytes.take(positions)

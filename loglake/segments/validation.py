@@ -115,7 +115,12 @@ from loglake.segments.batch import (
     batch_size_at,
     compute_crc,
 )
-from loglake.segments.varints import SHORT_VARINTS
+from loglake.segments.varints import (
+    MIN_RECORD_LENGTH,
+    RECORD_STEPS,
+    SHORT_VARINT_ARRAY,
+    SHORT_VARINTS,
+)
 
 MAX_DECOMPRESSION_RATIO = 16
 """A records section may decompress to at most ``max.message.bytes`` times this (rule 10)."""
@@ -131,7 +136,6 @@ ZSTD_MIN_PRODUCE_VERSION = 7
 
 _GZIP, _SNAPPY, _LZ4, _ZSTD = 1, 2, 3, 4
 _CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-_MIN_RECORD_LENGTH = 6  # attributes, timestampDelta, offsetDelta, key/value lengths, headers
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _ATTRIBUTES = struct.Struct(">h")
 _I64 = struct.Struct(">q")
@@ -256,7 +260,7 @@ def validate_batch(buf: Buffer, header: BatchHeader, rules: RecordRules) -> int:
             f"One or more records have been rejected due to invalid timestamp: {message}",
             # every record is named (the count is capped by what the batch can hold)
             record_errors=tuple((i, message) for i in range(
-                min(count, header.size // (_MIN_RECORD_LENGTH + 1)))),
+                min(count, header.size // (MIN_RECORD_LENGTH + 1)))),
         )
     start = header.position + HEADER_SIZE
     end = header.position + header.size
@@ -437,9 +441,6 @@ def _zstd_bound(section: memoryview) -> int | None:
 # ------------------------------------------------------------------ records: Python loop
 
 
-_SHORT_VALUES = SHORT_VARINTS
-
-
 class _Malformed(Exception):
     """Record ``index`` breaks a structural rule (becomes InvalidRecordError)."""
 
@@ -475,7 +476,7 @@ def _python_check(data: Buffer, pos: int, end: int, count: int, base_timestamp: 
     low, high = rules.low, rules.high
     check_time = low is not None or high is not None
     max_timestamp = NO_TIMESTAMP
-    short = _SHORT_VALUES
+    short = SHORT_VARINTS
     index = 0
     try:
         for index in range(count):
@@ -491,7 +492,7 @@ def _python_check(data: Buffer, pos: int, end: int, count: int, base_timestamp: 
                 pos += 2
             else:
                 length, pos = _varint(data, pos, 5, index)
-            if length < _MIN_RECORD_LENGTH or length > end - pos:
+            if length < MIN_RECORD_LENGTH or length > end - pos:
                 raise _Malformed(index, f"Invalid record size {length} of record {index}: "
                                         f"{end - pos} bytes left in the batch")
             stop = pos + length
@@ -630,15 +631,6 @@ def _raise_record_errors(errors: list[RecordError], invalid_timestamp: bool,
 I64 = pa.int64()
 
 
-_SHORT_TABLE = pa.array(_SHORT_VALUES, I64)
-_STEPS = [
-    (1 if index < 0x80 else 2) + value if value >= _MIN_RECORD_LENGTH else 1 << 62
-    for index, value in enumerate(_SHORT_VALUES)
-]
-"""How far a record whose one- or two-byte length prefix is at ``index`` (as in _SHORT_TABLE)
-reaches: prefix + length; far past any end when the length is below the minimum."""
-
-
 def _pair_tables() -> tuple[pa.Array, pa.Array, pa.Array]:
     """For the varint whose first two bytes are ``b, c``, at index ``b | c << 8``: its value
     and size (one byte if b < 0x80, two if c < 0x80, else size 0: longer), and the raw
@@ -647,9 +639,9 @@ def _pair_tables() -> tuple[pa.Array, pa.Array, pa.Array]:
     for pair in range(0x10000):
         b, c = pair & 0xFF, pair >> 8
         if b < 0x80:
-            values[pair], sizes[pair], raws[pair] = _SHORT_VALUES[b], 1, b
+            values[pair], sizes[pair], raws[pair] = SHORT_VARINTS[b], 1, b
         elif c < 0x80:
-            values[pair], sizes[pair] = _SHORT_VALUES[b + (c << 7)], 2
+            values[pair], sizes[pair] = SHORT_VARINTS[b + (c << 7)], 2
             raws[pair] = (b & 0x7F) | c << 7
         else:
             raws[pair] = (b & 0x7F) | (c & 0x7F) << 7
@@ -679,10 +671,10 @@ def _walk(data: Buffer, pos: int, end: int, count: int) -> array[int]:
     length prefixes. _Reject unless exactly ``count`` records of at least the minimum length
     fill ``data[pos:end]`` with one- or two-byte length prefixes (longer records, from 8 KiB,
     are left to the Python loop)."""
-    if count > (end - pos) // (_MIN_RECORD_LENGTH + 1):
+    if count > (end - pos) // (MIN_RECORD_LENGTH + 1):
         raise _Reject  # also bounds the allocation below for a lying record count
     starts = array("q", bytes(8 * (count + 1)))
-    steps = _STEPS
+    steps = RECORD_STEPS
     for i in range(count):
         starts[i] = pos
         b = data[pos]
@@ -707,7 +699,7 @@ class _Columns:
         malformed (longer than ``max_bytes``, or not fitting its width)."""
         first = self.bytes.take(positions)
         if pc.max(first).as_py() < 0x80:
-            return _SHORT_TABLE.take(first), pc.add(positions, 1)
+            return SHORT_VARINT_ARRAY.take(first), pc.add(positions, 1)
         after = pc.add(positions, 1)
         try:
             second = self.bytes.take(after)

@@ -8,6 +8,8 @@ read-only afterwards, so thread-safe.
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 ONE_BYTE_VARINTS = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
 """Value of the one-byte varint ``b`` (b < 0x80)."""
 
@@ -25,3 +27,19 @@ def _short_varint_table() -> list[int]:
 SHORT_VARINTS = _short_varint_table()
 """Values of the varints of one byte ``b`` (at index ``b``) and of two bytes ``b, c``
 (b >= 0x80 > c, at index ``b + (c << 7)``); the two index ranges do not overlap."""
+SHORT_VARINT_ARRAY = pa.array(SHORT_VARINTS, pa.int64())
+"""SHORT_VARINTS as an Arrow int64 array, for vectorised ``take`` lookups."""
+
+MIN_RECORD_LENGTH = 6
+"""Smallest record body: attributes, timestampDelta, offsetDelta, key and value lengths,
+header count (one byte each)."""
+
+PAST_ANY_END = 1 << 62
+"""A position beyond any batch: where a record walk lands after an impossible length."""
+
+RECORD_STEPS = [
+    (1 if index < 0x80 else 2) + value if value >= MIN_RECORD_LENGTH else PAST_ANY_END
+    for index, value in enumerate(SHORT_VARINTS)
+]
+"""How far a record whose length prefix is the one- or two-byte varint at ``index`` (as in
+SHORT_VARINTS) reaches: prefix + length; PAST_ANY_END for lengths below the minimum."""
