@@ -63,8 +63,7 @@ class Tierer:
     def __init__(self, config: BrokerConfig, *, zookeeper: TierZooKeeper,
                  hosted: Callable[[], Mapping[Key, Partition]],
                  topic_config: Callable[[str], TopicConfig | None],
-                 clock: Callable[[], float], stopping: Callable[[], bool],
-                 failures: FailureLog | None = None) -> None:
+                 clock: Callable[[], float], stopping: Callable[[], bool]) -> None:
         """``hosted`` returns the hosted partitions (the replica manager's), ``topic_config``
         a topic's config (None: unknown), ``clock`` wall-clock seconds (retention ages),
         ``stopping`` whether the broker is shutting down (tiering stops between segments)."""
@@ -76,7 +75,7 @@ class Tierer:
         self._hosted = hosted
         self._topic_config = topic_config
         self._interval_s = config.remote_log_manager_task_interval_ms / 1000
-        self._failures = failures or FailureLog(log)
+        self._failures = FailureLog(log)
         self._state = TierState(self.storage)
         self._wake: asyncio.Event | None = None
         tasks = BackgroundTasks()
