@@ -83,7 +83,3 @@ class BrokerServices:
     topic_admin: TopicAdmin
     broker_configs: DynamicBrokerConfigs
     clock: Callable[[], float] = field(default=time.time)
-
-    async def allocate_producer_id(self) -> int:
-        """A producer id no other producer of the cluster has (InitProducerId)."""
-        return await self.producer_ids.allocate()

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from loglake.broker.codec import RequestFrame, build, response_class
 
 if TYPE_CHECKING:
+    from loglake.broker.producer_ids import ProducerIds
     from loglake.broker.replica_manager import ProduceResult, ReplicaManager
 
 
@@ -26,7 +27,8 @@ class ProduceServices(Protocol):
     @property
     def replicas(self) -> ReplicaManager: ...
 
-    async def allocate_producer_id(self) -> int: ...
+    @property
+    def producer_ids(self) -> ProducerIds: ...
 
 
 async def produce(broker: ProduceServices, frame: RequestFrame) -> Any:
@@ -70,4 +72,4 @@ async def init_producer_id(broker: ProduceServices, frame: RequestFrame) -> Any:
     if producer_id >= 0 and 0 <= epoch < 32766:
         # KIP-360: an existing idempotent producer bumps its epoch to reset sequences
         return build(cls, {"producer_id": producer_id, "producer_epoch": epoch + 1})
-    return build(cls, {"producer_id": await broker.allocate_producer_id(), "producer_epoch": 0})
+    return build(cls, {"producer_id": await broker.producer_ids.allocate(), "producer_epoch": 0})
