@@ -69,8 +69,3 @@ class MetadataCache:
         """Whether ``unclean.leader.election.enable`` holds for ``topic``."""
         config = self.topic_configs.get(topic)
         return bool(config and config.unclean_leader_election_enable)
-
-    def has_partition(self, topic: str, index: int) -> bool:
-        """Whether ``topic`` has a partition ``index`` (as far as this broker knows)."""
-        meta = self.topics.get(topic)
-        return meta is not None and index in meta.assignment

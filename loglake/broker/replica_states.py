@@ -147,13 +147,9 @@ class ReplicaStates:
         close it and delete its directory (LogManager.delete: renamed aside at once, removed
         in a worker thread)."""
         key = (topic, index)
-        self.fetchers.remove(key)
-        partition = self.partitions.pop(key, None)
-        if partition is not None:
-            _close(partition)
+        self._stop_and_delete(key)
         if self.offline_partitions.pop(key, None) is not None:
             self.spawn(self._publish_offline(topic, index, False))
-        self.delete_dir(topic, index)
         log.warning("%s-%d: replica reassigned away from this broker; its local copy is "
                     "deleted", topic, index)
 
@@ -163,9 +159,15 @@ class ReplicaStates:
         for key in [k for k in self.offline_partitions if k[0] == name]:
             del self.offline_partitions[key]
         for key in [k for k in self.partitions if k[0] == name]:
-            self.fetchers.remove(key)
-            _close(self.partitions.pop(key))
-            self.delete_dir(*key)
+            self._stop_and_delete(key)
+
+    def _stop_and_delete(self, key: tuple[str, int]) -> None:
+        """Stop fetching ``key``, close its replica if open, and delete its directory."""
+        self.fetchers.remove(key)
+        partition = self.partitions.pop(key, None)
+        if partition is not None:
+            _close(partition)
+        self.delete_dir(*key)
 
     def has_directory(self, topic: str, index: int) -> bool:
         """Whether the log directory holds a directory of the partition (hosted or left
