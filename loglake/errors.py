@@ -164,6 +164,20 @@ class InvalidProducerEpochError(LoglakeError):
     code = ErrorCode.invalid_producer_epoch
 
 
+class InvalidTxnStateError(LoglakeError):
+    """A producer's write does not fit its transaction's state (e.g. a non-transactional batch
+    while its transaction is open)."""
+
+    code = ErrorCode.invalid_txn_state
+
+
+class TransactionCoordinatorFencedError(LoglakeError):
+    """A transaction marker came from a coordinator older than the last one seen for the
+    producer (a zombie coordinator)."""
+
+    code = ErrorCode.transaction_coordinator_fenced
+
+
 class UnknownProducerIdError(LoglakeError):
     """The broker holds no state for this producer id."""
 
