@@ -46,11 +46,11 @@ import logging
 import re
 import urllib.parse
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import ZnodeStat
 
 from loglake.errors import LoglakeError
@@ -79,6 +79,9 @@ class CommittedOffset:
     leader_epoch: int
     metadata: str
     commit_time_ms: int
+    order: int = field(default=-1, compare=False)
+    """Position among the group's offset writes (a ZooKeeper zxid) when it matters: the
+    TxnOffsetCommit write of a transactional offset (see the module docstring); -1 otherwise."""
 
     def offset_value(self) -> bytes:
         """The offset znode's value: the plain decimal, as Kafka wrote it."""
@@ -86,15 +89,18 @@ class CommittedOffset:
 
     def to_json(self) -> bytes:
         """The metadata znode's value."""
-        return json.dumps({"offset": self.offset, "leader_epoch": self.leader_epoch,
-                           "metadata": self.metadata,
-                           "commit_time_ms": self.commit_time_ms}).encode()
+        data: dict[str, Any] = {"offset": self.offset, "leader_epoch": self.leader_epoch,
+                                "metadata": self.metadata, "commit_time_ms": self.commit_time_ms}
+        if self.order >= 0:
+            data["order"] = self.order
+        return json.dumps(data).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> CommittedOffset:
         data = json.loads(raw)
         return cls(int(data["offset"]), int(data.get("leader_epoch", -1)),
-                   str(data.get("metadata") or ""), int(data.get("commit_time_ms", 0)))
+                   str(data.get("metadata") or ""), int(data.get("commit_time_ms", 0)),
+                   order=int(data.get("order", -1)))
 
 
 def is_plain_offset(raw: bytes) -> bool:
@@ -169,6 +175,63 @@ def offset_path(group_id: str, topic: str, partition: int) -> str:
 def meta_path(group_id: str, topic: str, partition: int) -> str:
     """The znode holding the metadata of that committed offset."""
     return f"{_group(group_id)}/{OFFSETS_META}/{topic}/{partition}"
+
+
+TXN_OFFSETS = "/loglake/txn_offsets"
+
+
+@dataclass(frozen=True)
+class PendingTxnOffsets:
+    """One producer's pending TxnOffsetCommit offsets for one group: what
+    ``/loglake/txn_offsets/<producer_id>/<group>`` holds. Each offset carries its ``order``
+    (the zxid of the write that last set that partition; -1: set by the write that stores this
+    value); ``version`` is the znode's version when read (-1: not written yet)."""
+
+    producer_id: int
+    producer_epoch: int
+    offsets: Mapping[TopicPartitionKey, CommittedOffset]
+    version: int = -1
+
+    def to_json(self) -> bytes:
+        """The znode's value; an order of -1 is stored as ``null``, which readers resolve to
+        the znode's mzxid (the write that stored it)."""
+        return json.dumps({
+            "version": 1, "producer_epoch": self.producer_epoch,
+            "offsets": [{"topic": topic, "partition": partition, "offset": o.offset,
+                         "leader_epoch": o.leader_epoch, "metadata": o.metadata,
+                         "commit_time_ms": o.commit_time_ms,
+                         "order": o.order if o.order >= 0 else None}
+                        for (topic, partition), o in sorted(self.offsets.items())],
+        }, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, producer_id: int, raw: bytes, mzxid: int,
+                  version: int) -> PendingTxnOffsets:
+        data = json.loads(raw)
+        offsets = {}
+        for entry in data.get("offsets", []):
+            order = entry.get("order")
+            offsets[(str(entry["topic"]), int(entry["partition"]))] = CommittedOffset(
+                int(entry["offset"]), int(entry.get("leader_epoch", -1)),
+                str(entry.get("metadata") or ""), int(entry.get("commit_time_ms", 0)),
+                order=mzxid if order is None else int(order))
+        return cls(producer_id, int(data["producer_epoch"]), offsets, version)
+
+
+@dataclass(frozen=True)
+class CommittedOrder:
+    """Where a partition's committed offset stands among the group's offset writes: ``order``
+    (a zxid; -1: nothing committed) and the offset znode's ``version`` (-1: absent), the
+    condition a transaction's completion writes under."""
+
+    order: int
+    version: int
+
+
+def txn_offsets_path(producer_id: int, group_id: str | None = None) -> str:
+    """The producer's pending-offsets znode of ``group_id`` (its parent for None)."""
+    base = f"{TXN_OFFSETS}/{producer_id}"
+    return base if group_id is None else f"{base}/{group_node(group_id)}"
 
 
 class GroupStore:
@@ -300,6 +363,129 @@ class GroupStore:
         for child in (OFFSETS, OFFSETS_META, "state"):
             with contextlib.suppress(NoNodeError):
                 self.zk.delete(f"{_group(group_id)}/{child}", recursive=True)
+
+    # ---- pending transactional offsets
+    def read_pending(self, producer_id: int, group_id: str) -> PendingTxnOffsets | None:
+        """The producer's pending offsets for the group, orders resolved; None if none."""
+        try:
+            raw, stat = self.zk.get(txn_offsets_path(producer_id, group_id))
+        except NoNodeError:
+            return None
+        return PendingTxnOffsets.from_json(producer_id, raw, int(stat.mzxid), int(stat.version))
+
+    def write_pending(self, group_id: str, pending: PendingTxnOffsets) -> bool:
+        """Store ``pending`` iff the znode is still at ``pending.version`` (-1: absent);
+        False when it changed meanwhile (read again and retry)."""
+        path = txn_offsets_path(pending.producer_id, group_id)
+        try:
+            if pending.version < 0:
+                self.zk.ensure_path(txn_offsets_path(pending.producer_id))
+                self.zk.create(path, pending.to_json())
+            else:
+                self.zk.set(path, pending.to_json(), version=pending.version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return False
+        return True
+
+    def pending_groups(self, producer_id: int) -> list[str]:
+        """The groups that hold pending offsets of ``producer_id``."""
+        try:
+            return sorted(group_id_of(n) for n in self.zk.get_children(
+                txn_offsets_path(producer_id)))
+        except NoNodeError:
+            return []
+
+    def pending_of_group(self, group_id: str) -> dict[int, PendingTxnOffsets]:
+        """Every producer's pending offsets for ``group_id`` (one listing of the producers
+        with pending offsets, then pipelined reads: the index is by producer, and only
+        producers inside a transaction have an entry)."""
+        try:
+            producers = [int(p) for p in self.zk.get_children(TXN_OFFSETS) if p.isdigit()]
+        except NoNodeError:
+            return {}
+        reads = {pid: self.zk.get_async(txn_offsets_path(pid, group_id)) for pid in producers}
+        result = {}
+        for pid, read in reads.items():
+            try:
+                raw, stat = read.get()
+            except NoNodeError:
+                continue
+            try:
+                result[pid] = PendingTxnOffsets.from_json(pid, raw, int(stat.mzxid),
+                                                          int(stat.version))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("group %s: ignoring unreadable pending offsets of producer %d: %s",
+                            group_id, pid, exc)
+        return result
+
+    def committed_orders(self, group_id: str,
+                         keys: Iterable[TopicPartitionKey]) -> dict[TopicPartitionKey,
+                                                                    CommittedOrder]:
+        """For each partition, the order of its committed offset: the ``order`` its metadata
+        records (an offset a transaction committed) while that metadata still describes the
+        offset znode and is not older than it, else the offset znode's mzxid."""
+        reads = {key: (self.zk.get_async(offset_path(group_id, *key)),
+                       self.zk.get_async(meta_path(group_id, *key))) for key in keys}
+        result = {}
+        for key, (offset_read, meta_read) in reads.items():
+            try:
+                raw, stat = offset_read.get()
+            except NoNodeError:
+                with contextlib.suppress(NoNodeError):
+                    meta_read.get()
+                result[key] = CommittedOrder(-1, -1)
+                continue
+            order = int(stat.mzxid)
+            with contextlib.suppress(NoNodeError, ValueError, KeyError, TypeError,
+                                     AttributeError):
+                meta_raw, meta_stat = meta_read.get()
+                described = CommittedOffset.from_json(meta_raw)
+                if (described.order >= 0 and int(meta_stat.mzxid) >= order
+                        and is_plain_offset(raw) and described.offset == int(raw)):
+                    order = described.order
+            result[key] = CommittedOrder(order, int(stat.version))
+        return result
+
+    def finish_pending(self, producer_id: int, group_id: str, pending_version: int,
+                       apply: Mapping[TopicPartitionKey, tuple[CommittedOffset, int]]) -> bool:
+        """End a transaction's pending offsets for the group in one ZooKeeper transaction:
+        each ``apply`` entry (offset, offset-znode version it was decided against, -1: absent)
+        becomes the committed offset, and the pending znode (at ``pending_version``) is
+        deleted. False when any condition failed (something changed: decide again)."""
+        for topic in sorted({t for t, _ in apply}):
+            for kind in (OFFSETS, OFFSETS_META):
+                self.zk.ensure_path(f"{_group(group_id)}/{kind}/{topic}")
+        metas = {key: self.zk.exists_async(meta_path(group_id, *key)) for key in apply}
+        tx = self.zk.transaction()
+        for key, (committed, version) in apply.items():
+            path = offset_path(group_id, *key)
+            if version < 0:
+                tx.create(path, committed.offset_value())
+            else:
+                tx.set_data(path, committed.offset_value(), version=version)
+            if metas[key].get() is None:
+                tx.create(meta_path(group_id, *key), committed.to_json())
+            else:
+                tx.set_data(meta_path(group_id, *key), committed.to_json())
+        tx.delete(txn_offsets_path(producer_id, group_id), version=pending_version)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            return False
+        with contextlib.suppress(NoNodeError, NotEmptyError):
+            self.zk.delete(txn_offsets_path(producer_id))
+        return True
+
+    def delete_pending_of_group(self, group_id: str) -> int:
+        """Drop every producer's pending offsets for ``group_id`` (DeleteGroups); returns how
+        many producers had some."""
+        dropped = 0
+        for producer_id in self.pending_of_group(group_id):
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(txn_offsets_path(producer_id, group_id))
+                dropped += 1
+            with contextlib.suppress(NoNodeError, NotEmptyError):
+                self.zk.delete(txn_offsets_path(producer_id))
+        return dropped
 
     # ---- migration
     def migrate_offsets(self) -> int:
