@@ -1,11 +1,14 @@
 """Cluster administration: topics (create, delete, list, describe, configs, add partitions),
 records (delete below an offset), leader elections, partition reassignments and the dynamic
 broker configs that throttle them, consumer groups (list, describe, committed offsets, reset,
-delete) and partition offset look-ups.
+delete), transactions (list, describe) and partition offset look-ups.
 
 Partition reassignments (AlterPartitionReassignments, ListPartitionReassignments) are sent as
-raw Kafka requests (``loglake.client._wire``) to the controller that Metadata names, since
-confluent-kafka has no call for them; everything else goes through confluent-kafka.
+raw Kafka requests (``loglake.client._wire``) to the controller that Metadata names, and the
+transaction calls to the brokers as Kafka's AdminClient sends them: ListTransactions to every
+live broker (each answers for the transactional ids it coordinates; the answers are merged),
+DescribeTransactions to the id's coordinator (FindCoordinator key type 1). confluent-kafka has
+no call for these; everything else goes through confluent-kafka.
 
 Every call is bounded by a timeout (the object's ``timeout`` unless the call passes its own):
 librdkafka itself would keep retrying an unreachable cluster forever. While waiting on a request
@@ -64,6 +67,8 @@ from loglake.client.model import (
     PartitionInfo,
     TopicInfo,
     TopicPartitionKey,
+    TransactionDescription,
+    TransactionListing,
 )
 from loglake.client.reassignment import PartitionReassignment
 from loglake.errors import LoglakeError
@@ -72,6 +77,14 @@ T = TypeVar("T")
 _ALTER_REASSIGNMENTS = (45, 0)
 _LIST_REASSIGNMENTS = (46, 0)
 """(API key, version): v0 is what Kafka 4.0 serves."""
+_FIND_COORDINATOR = (10, 3)
+_DESCRIBE_TRANSACTIONS = (65, 0)
+_LIST_TRANSACTIONS = (66, 0)
+"""(API key, version): the first flexible FindCoordinator with one key; the only
+DescribeTransactions; ListTransactions without the duration filter (v1) every broker serves."""
+_TRANSACTION_COORDINATOR = 1
+"""FindCoordinator key type of a transactional id (0 is a consumer group)."""
+_RETRY_BACKOFF_S = 0.1
 
 _POLL_INTERVAL_S = 0.05
 _METADATA_FIRST_ATTEMPT_S = 1.0
@@ -453,6 +466,120 @@ class Admin:
         futures = self._admin.delete_consumer_groups([group_id], request_timeout=limit)
         self._wait(futures[group_id], f"delete group {group_id!r}", limit)
 
+    # -- transactions ----------------------------------------------------------------------
+
+    def list_transactions(
+        self,
+        *,
+        states: Sequence[str] = (),
+        producer_ids: Sequence[int] = (),
+        timeout: float | None = None,
+    ) -> list[TransactionListing]:
+        """Every transactional id the cluster's coordinators know (only those in ``states``,
+        of ``producer_ids``, when given), sorted by id: ListTransactions sent to every live
+        broker and the answers merged, as Kafka's AdminClient does. A broker still loading its
+        transaction state is asked again within the timeout; any other broker error raises
+        :class:`BrokerError` (the listing would be incomplete). A state name the brokers do
+        not know raises :class:`BrokerError` ``invalid_request`` naming it."""
+        limit = self._limit(timeout)
+        deadline = time.monotonic() + limit
+        operation = "list transactions"
+        brokers = self._metadata(operation, limit).brokers
+        if not brokers:
+            raise ClientError(f"{operation}: the cluster metadata lists no broker",
+                              code=ErrorCode.broker_not_available)
+        body = {"state_filters": list(states), "producer_id_filters": list(producer_ids)}
+        listings: list[TransactionListing] = []
+        for broker_id, node in sorted(brokers.items()):
+            where = f"{operation} on broker {broker_id}"
+            host, port = str(node.host), int(node.port)
+
+            def ask(host: str = host, port: int = port, where: str = where) -> Any:
+                return _wire.request(host, port, *_LIST_TRANSACTIONS, body,
+                                     timeout=_left(deadline), client_id=self._client_id,
+                                     operation=where)
+
+            response = self._retrying(deadline, ask)
+            _raise_top_level(where, response)
+            unknown = list(getattr(response, "unknown_state_filters", ()) or ())
+            if unknown:
+                raise BrokerError(f"{operation}: unknown transaction state "
+                                  f"{', '.join(map(repr, unknown))}",
+                                  code=ErrorCode.invalid_request,
+                                  hint="states: Empty, Ongoing, PrepareCommit, PrepareAbort, "
+                                  "CompleteCommit, CompleteAbort, PrepareEpochFence, Dead")
+            listings.extend(
+                TransactionListing(t.transactional_id, int(t.producer_id),
+                                   t.transaction_state, int(broker_id))
+                for t in response.transaction_states)
+        return sorted(listings, key=lambda t: (t.transactional_id, t.coordinator))
+
+    def describe_transaction(
+        self, transactional_id: str, *, timeout: float | None = None
+    ) -> TransactionDescription:
+        """State, producer id and epoch, timeout, start time and partitions of
+        ``transactional_id``, from its coordinator (found with FindCoordinator key type 1;
+        asked again while the coordinator moves or loads). :class:`BrokerError`
+        ``transactional_id_not_found`` for an id the cluster does not know."""
+        if not transactional_id:
+            raise ValueError("transactional_id must not be empty")
+        limit = self._limit(timeout)
+        deadline = time.monotonic() + limit
+        operation = f"describe transaction {transactional_id!r}"
+
+        def ask() -> Any:
+            coordinator = self._transaction_coordinator(transactional_id, deadline, operation)
+            response = _wire.request(
+                coordinator.host, coordinator.port, *_DESCRIBE_TRANSACTIONS,
+                {"transactional_ids": [transactional_id]}, timeout=_left(deadline),
+                client_id=self._client_id, operation=operation)
+            [state] = response.transaction_states
+            error = _partition_error(operation, state.error_code, None)
+            if error is not None:
+                raise error
+            return coordinator.node_id, state
+
+        node_id, state = self._retrying(deadline, ask)
+        started = _epoch_ms(state.transaction_start_time)
+        return TransactionDescription(
+            transactional_id=state.transactional_id,
+            state=state.transaction_state,
+            producer_id=int(state.producer_id),
+            producer_epoch=int(state.producer_epoch),
+            timeout_ms=_duration_ms(state.transaction_timeout),
+            start_time_ms=started if started is not None and started >= 0 else None,
+            partitions=tuple(sorted((t.topic, int(p)) for t in state.topics
+                                    for p in t.partitions)),
+            coordinator=int(node_id),
+        )
+
+    def _transaction_coordinator(self, transactional_id: str, deadline: float,
+                                 operation: str) -> Any:
+        """FindCoordinator (key type 1) for ``transactional_id``, asked of any live broker."""
+        brokers = self._metadata(operation, _left(deadline)).brokers
+        node = next(iter(brokers.values()), None)
+        if node is None or node.host is None:
+            raise ClientError(f"{operation}: the cluster metadata lists no broker",
+                              code=ErrorCode.broker_not_available)
+        response = _wire.request(
+            node.host, node.port, *_FIND_COORDINATOR,
+            {"key": transactional_id, "key_type": _TRANSACTION_COORDINATOR},
+            timeout=_left(deadline), client_id=self._client_id,
+            operation=f"{operation}: find its coordinator")
+        _raise_top_level(f"{operation}: find its coordinator", response)
+        return response
+
+    def _retrying(self, deadline: float, call: Callable[[], T]) -> T:
+        """``call()`` again after a retriable :class:`LoglakeError` (coordinator loading or
+        moving, broker restarting) until ``deadline``; the last error is raised then."""
+        while True:
+            try:
+                return call()
+            except LoglakeError as exc:
+                if not exc.retriable or time.monotonic() + _RETRY_BACKOFF_S >= deadline:
+                    raise
+            time.sleep(_RETRY_BACKOFF_S)
+
     def list_offsets(
         self,
         topic: str,
@@ -714,6 +841,27 @@ def _raise_top_level(operation: str, response: Any) -> None:
     error = _partition_error(operation, response.error_code, response.error_message)
     if error is not None:
         raise error
+
+
+def _left(deadline: float) -> float:
+    """Seconds until ``deadline`` (at least a little, so a last attempt can still answer)."""
+    return max(deadline - time.monotonic(), 0.05)
+
+
+def _epoch_ms(value: Any) -> int | None:
+    """kio's datetime (or an int of ms) as ms since the epoch."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    return round(value.timestamp() * 1000)
+
+
+def _duration_ms(value: Any) -> int:
+    """kio's timedelta (or an int of ms) as ms."""
+    if isinstance(value, int):
+        return value
+    return round(value.total_seconds() * 1000)
 
 
 def _source_value(source: Any) -> int:

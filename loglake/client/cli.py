@@ -1,5 +1,6 @@
 """Client commands of ``loglake``: ``topics ...``, ``partitions elect``, ``groups ...`` (in
-``groups_cli``), ``produce``, ``consume`` (like Kafka's tools).
+``groups_cli``), ``transactions list|describe`` (in ``transactions_cli``), ``produce``,
+``consume`` (like Kafka's tools).
 
 Growing and repairing topics, like ``kafka-topics --alter``, ``kafka-delete-records`` and
 ``kafka-leader-election``::
@@ -42,6 +43,10 @@ committed offsets (new partitions start at the log end, or the log start with
 ``--from-beginning``) and commits what it printed: after flushing stdout, at most once a second
 and once more on exit (also on Ctrl-C), so a record is committed only once it was written out.
 The idle ``--timeout-ms`` counts from the moment the group assigned partitions.
+
+``consume --isolation-level read_committed|read_uncommitted`` (default ``read_committed``, as
+librdkafka and kafka-console-consumer): print only records of committed transactions (stopping
+at an open transaction's first record until it ends), or every record, aborted ones included.
 """
 
 from __future__ import annotations
@@ -58,11 +63,18 @@ from typing import IO, Any
 from kio.schema.errors import ErrorCode
 
 from loglake import addresses
-from loglake.client import groups_cli, reassign_cli
+from loglake.client import groups_cli, reassign_cli, transactions_cli
 from loglake.client.admin import Admin
 from loglake.client.consumer import Consumer
 from loglake.client.errors import BrokerError, ClientError
-from loglake.client.model import ACKS_VALUES, COMPRESSION_VALUES, Record, RecordMetadata, TopicInfo
+from loglake.client.model import (
+    ACKS_VALUES,
+    COMPRESSION_VALUES,
+    ISOLATION_LEVELS,
+    Record,
+    RecordMetadata,
+    TopicInfo,
+)
 from loglake.client.producer import Producer
 from loglake.errors import LoglakeError
 
@@ -75,7 +87,8 @@ MAX_REPORTED_FAILURES = 5
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``topics``, ``groups``, ``produce`` and ``consume`` to the ``loglake`` command."""
+    """Add ``topics``, ``partitions``, ``groups``, ``transactions``, ``produce`` and
+    ``consume`` to the ``loglake`` command."""
     common = argparse.ArgumentParser(add_help=False)
     addresses.add_bootstrap_option(common)
     common.add_argument(
@@ -86,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_topics(subparsers, common)
     _register_partitions(subparsers, common)
     groups_cli.register(subparsers, common)
+    transactions_cli.register(subparsers, common)
     _register_produce(subparsers, common)
     _register_consume(subparsers, common)
 
@@ -465,6 +479,10 @@ def _register_consume(
     consume.add_argument("--group", metavar="GROUP",
                          help="consume as a member of consumer group GROUP, continuing at its "
                          "committed offsets and committing what was printed")
+    consume.add_argument("--isolation-level", choices=ISOLATION_LEVELS,
+                         default="read_committed",
+                         help="read_committed (default): only records of committed "
+                         "transactions; read_uncommitted: every record, aborted ones included")
     consume.set_defaults(handler=consume_command)
 
 
@@ -482,6 +500,7 @@ def consume_command(args: argparse.Namespace) -> int:
     with Consumer(
         bootstrap(args),
         request_timeout_s=args.request_timeout_ms / 1000,
+        isolation_level=args.isolation_level,
         fetch_max_wait_ms=100,
     ) as consumer:
         consumer.assign(args.topic, args.partition, start=start)
@@ -516,6 +535,7 @@ def _consume_group(args: argparse.Namespace) -> int:
         auto_offset_reset="earliest" if args.from_beginning else "latest",
         session_timeout_ms=GROUP_SESSION_TIMEOUT_MS,
         request_timeout_s=args.request_timeout_ms / 1000,
+        isolation_level=args.isolation_level,
         fetch_max_wait_ms=100,
     ) as consumer:
         consumer.partitions_for(args.topic)  # fail fast: unknown topic or unreachable cluster

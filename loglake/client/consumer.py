@@ -31,6 +31,13 @@ Errors: non-retriable errors (unknown topic, offset out of range with ``auto_off
 broker restarting, a transient transport failure) are recorded in :attr:`Consumer.last_error` and
 polling continues, since librdkafka recovers from them by itself.
 
+**Isolation** (``isolation_level``): ``read_committed`` (the default, as librdkafka's and the
+Java client's) returns only records of committed transactions and stops at a partition's last
+stable offset while a transaction there is open; ``read_uncommitted`` returns everything up to
+the high watermark, aborted records included. Control records (transaction markers) are never
+returned. :meth:`Consumer.group_metadata` is what a transactional producer's
+``send_offsets_to_transaction`` needs (consume-transform-produce: ``loglake.client.transform``).
+
 Not thread-safe: use a ``Consumer`` from one thread.
 """
 
@@ -66,7 +73,15 @@ from loglake.client.errors import (
     from_kafka_error,
     passes_by_itself,
 )
-from loglake.client.model import Record, StartPosition, TopicPartitionKey, headers_from_wire
+from loglake.client.model import (
+    ISOLATION_LEVELS,
+    GroupMetadata,
+    IsolationLevel,
+    Record,
+    StartPosition,
+    TopicPartitionKey,
+    headers_from_wire,
+)
 from loglake.errors import LoglakeError
 
 OffsetReset = Literal["earliest", "latest", "error"]
@@ -114,6 +129,7 @@ class Consumer:
         heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
         max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS,
         auto_offset_reset: OffsetReset = "earliest",
+        isolation_level: IsolationLevel = "read_committed",
         fetch_max_wait_ms: int = 500,
         request_timeout_s: float = 30.0,
         client_id: str = DEFAULT_CLIENT_ID,
@@ -131,6 +147,8 @@ class Consumer:
         to others; ``max_poll_interval_ms`` is how long the application may go without calling
         ``poll`` before the consumer leaves the group. ``auto_offset_reset`` applies when a
         start offset is out of range or the group has no committed offset.
+        ``isolation_level``: see the module docstring (committed offsets are also read as
+        "stable" then: a pending transactional offset commit is waited out).
         ``request_timeout_s`` bounds metadata, offset look-ups and synchronous commits.
         ``extra`` goes to librdkafka and wins over the rest.
         """
@@ -140,6 +158,9 @@ class Consumer:
         if assignment_strategy not in ASSIGNMENT_STRATEGIES:
             raise ValueError(f"assignment_strategy must be one of "
                              f"{', '.join(ASSIGNMENT_STRATEGIES)}, got {assignment_strategy!r}")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, "
+                             f"got {isolation_level!r}")
         if request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be positive, got {request_timeout_s}")
         if group_id is not None and not group_id:
@@ -158,6 +179,7 @@ class Consumer:
         self.group_id = group_id
         self.group_instance_id = group_instance_id
         self.auto_commit = auto_commit
+        self.isolation_level: IsolationLevel = isolation_level
         self.request_timeout_s = request_timeout_s
         self.last_error: LoglakeError | None = None
         self._tracker = ErrorTracker()
@@ -171,6 +193,7 @@ class Consumer:
                 "auto.commit.interval.ms": auto_commit_interval_ms,
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": auto_offset_reset,
+                "isolation.level": isolation_level,
                 "partition.assignment.strategy": assignment_strategy,
                 "session.timeout.ms": session_timeout_ms,
                 "heartbeat.interval.ms": heartbeat_interval_ms,
@@ -315,6 +338,20 @@ class Consumer:
     def member_id(self) -> str | None:
         """The member id the coordinator gave this consumer (``None`` before joining)."""
         return self._consumer.memberid() or None
+
+    def group_metadata(self) -> GroupMetadata:
+        """This consumer's group identity (group id, and generation and member id once it
+        joined) for a transactional producer's ``send_offsets_to_transaction``; needs a
+        ``group_id``. Take it after the ``poll`` that returned the records whose offsets go
+        into the transaction: a rebalance in between changes the generation (the commit then
+        fails with an abortable error instead of overwriting a new owner's offsets)."""
+        if self.group_id is None:
+            raise ValueError("group_metadata() needs a group_id")
+        try:
+            handle = self._consumer.consumer_group_metadata()
+        except Exception as exc:
+            raise from_exception(exc, f"group metadata of {self.group_id!r}") from exc
+        return GroupMetadata(self.group_id, handle)
 
     def commit(
         self,

@@ -12,6 +12,20 @@ Two kinds, told apart by class:
 
 Both keep librdkafka's own error name (``kafka_name``, e.g. ``_TRANSPORT``) for diagnostics.
 :func:`from_kafka_error` is the one place that turns a confluent-kafka error into one of these.
+
+Transactional producer calls (``init_transactions``, ``begin/commit/abort_transaction``,
+``send_offsets_to_transaction``) raise a :class:`TransactionError` instead, whose class says
+what the application must do next (librdkafka's flags on the error decide it, in this order):
+
+* :class:`FatalTransactionError` (``KafkaError.fatal()``): the producer cannot continue, e.g.
+  ``PRODUCER_FENCED`` (another instance with the same transactional id took over) or
+  ``_FENCED``; close it (a new producer with the same id fences this one for good).
+* :class:`AbortableTransactionError` (``KafkaError.txn_requires_abort()``): call
+  ``abort_transaction()`` and redo the work in a new transaction; nothing of the current
+  one becomes visible to read_committed consumers.
+* :class:`TransactionError` itself: ``retriable`` is librdkafka's ``retriable()`` flag (the same
+  call may be repeated, e.g. a commit that timed out); otherwise a programming error (a call
+  in the wrong state, ``_STATE``) or a broker refusal.
 """
 
 from __future__ import annotations
@@ -92,6 +106,68 @@ def from_kafka_error(error: KafkaError, operation: str, *, hint: str | None = No
             return BrokerError(message, code=wire, kafka_name=name, hint=hint)
     local = _LOCAL_TO_WIRE.get(raw, ErrorCode.unknown_server_error)
     return ClientError(message, code=local, kafka_name=name, hint=hint)
+
+
+class TransactionError(LoglakeError):
+    """A transactional producer call failed (see the module docstring for the subclasses).
+
+    ``code`` is the wire code (or the closest one for a librdkafka-local error);
+    ``retriable`` is librdkafka's verdict for this call, not only Kafka's flag of the code.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode,
+        kafka_name: str | None = None,
+        retriable: bool = False,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint, code=code)
+        self.kafka_name = kafka_name
+        self._retriable = retriable
+
+    @property
+    def retriable(self) -> bool:
+        """Whether repeating the same call may succeed (librdkafka's ``retriable()``)."""
+        return self._retriable
+
+
+class AbortableTransactionError(TransactionError):
+    """The current transaction cannot commit: call ``abort_transaction()`` and start over."""
+
+
+class FatalTransactionError(TransactionError):
+    """The producer is unusable (fenced by a newer instance, fatal idempotence error): close
+    it; only a new producer can continue (and fences this one)."""
+
+
+def transaction_error(error: KafkaError, operation: str) -> TransactionError:
+    """Map a confluent-kafka error from a transactional call to the class that says what to do
+    (fatal > abortable > plain, see the module docstring)."""
+    raw = error.code()
+    name = error.name()
+    wire = _wire_code(raw) if raw > 0 else None
+    code = wire if wire is not None else _LOCAL_TO_WIRE.get(raw, ErrorCode.unknown_server_error)
+    message = f"{operation}: {error.str()} [{name}]"
+    if error.fatal():
+        return FatalTransactionError(
+            message, code=code, kafka_name=name,
+            hint="close this producer; a new one with the same transactional id takes over")
+    if error.txn_requires_abort():
+        return AbortableTransactionError(
+            message, code=code, kafka_name=name,
+            hint="call abort_transaction() and redo the transaction")
+    return TransactionError(message, code=code, kafka_name=name, retriable=error.retriable())
+
+
+def transaction_exception(exc: BaseException, operation: str) -> LoglakeError:
+    """:func:`transaction_error` for an exception raised by a transactional call (other
+    exceptions as :func:`from_exception`)."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return transaction_error(exc.args[0], operation)
+    return from_exception(exc, operation)
 
 
 def passes_by_itself(error: KafkaError) -> bool:

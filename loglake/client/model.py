@@ -137,6 +137,22 @@ def headers_from_wire(
 TopicPartitionKey = tuple[str, int]
 """A ``(topic, partition)`` pair, as rebalance callbacks and offset maps use it."""
 
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+"""What a consumer reads: only records of committed transactions (up to the last stable
+offset; librdkafka's and the Java client's default) or everything up to the high watermark."""
+
+ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_committed", "read_uncommitted")
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """A consumer's group identity (group id, generation, member id) as a transactional
+    producer's ``send_offsets_to_transaction`` needs it; from :meth:`Consumer.group_metadata`.
+    ``handle`` is librdkafka's opaque object."""
+
+    group_id: str
+    handle: object = field(repr=False, compare=False)
+
 OffsetQuery = Literal["earliest", "latest"] | int
 """What :meth:`Admin.list_offsets` looks up: log start, log end, or the first offset whose
 timestamp (ms since the epoch) is at or after the given value."""
@@ -177,3 +193,40 @@ class GroupDescription:
     def is_empty(self) -> bool:
         """No member is connected (``Empty`` or ``Dead``): offsets may be changed."""
         return not self.members and self.state in ("Empty", "Dead", "Unknown")
+
+
+TRANSACTION_STATES: tuple[str, ...] = (
+    "Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+    "Dead", "PrepareEpochFence",
+)
+"""The transaction coordinator's states, as ListTransactions and DescribeTransactions name
+them (Kafka's ``TransactionState``)."""
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """One transactional id as ListTransactions reports it, with the broker that answered
+    (its transaction coordinator)."""
+
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator: int
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """A transactional id as its coordinator describes it (DescribeTransactions).
+
+    ``start_time_ms`` is when the open transaction began (ms since the epoch; ``None`` when no
+    transaction is open); ``partitions`` are the ``(topic, partition)`` pairs it added, the
+    consumer-offsets partitions of ``send_offsets_to_transaction`` included."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_time_ms: int | None
+    partitions: tuple[TopicPartitionKey, ...]
+    coordinator: int

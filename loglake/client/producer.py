@@ -5,6 +5,18 @@ and the ``murmur2_random`` partitioner, which places keyed records exactly where
 client would. Every record either reaches the leader or fails within ``delivery_timeout_ms``, so
 ``flush()`` and ``close()`` are bounded even when the cluster is unreachable.
 
+**Transactions** (``transactional_id=...``): records sent between :meth:`Producer.begin_transaction`
+and :meth:`Producer.commit_transaction`, and consumer offsets given to
+:meth:`Producer.send_offsets_to_transaction`, become visible to ``read_committed`` consumers
+atomically, or (:meth:`Producer.abort_transaction`) never. ``with producer.transaction(): ...``
+begins, and commits at the end of the block or aborts when the block raises.
+:meth:`Producer.init_transactions` (implicit at the first ``begin_transaction``) registers the
+transactional id with its coordinator: it fences every older producer with the same id and
+completes (aborts) a transaction that one left open. Failures of these calls are
+:class:`~loglake.client.errors.TransactionError` subclasses saying what to do next (fatal:
+close; abortable: abort and redo; else ``retriable``). A transaction is bounded by
+``transaction_timeout_ms``: the coordinator aborts one left open longer.
+
 Threading: delivery reports are handled on whichever thread calls ``send``, ``flush``,
 ``poll`` or ``Delivery.result``; callbacks run there. One ``Producer`` may be shared by threads
 (librdkafka's producer is thread-safe); ``Delivery.result`` polls the producer while it waits.
@@ -14,10 +26,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, Message, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 from kio.schema.errors import ErrorCode
 
@@ -27,14 +40,21 @@ from loglake.client._common import (
     base_config,
     lookup_partitions,
 )
-from loglake.client.errors import ClientError, from_exception, from_kafka_error
+from loglake.client.errors import (
+    ClientError,
+    from_exception,
+    from_kafka_error,
+    transaction_exception,
+)
 from loglake.client.model import (
     ACKS_VALUES,
     COMPRESSION_VALUES,
     Acks,
     Compression,
+    GroupMetadata,
     HeadersInput,
     RecordMetadata,
+    TopicPartitionKey,
     normalize_headers,
     to_bytes,
 )
@@ -42,6 +62,9 @@ from loglake.errors import LoglakeError
 
 DeliveryCallback = Callable[[RecordMetadata | None, LoglakeError | None], None]
 """Called once per record with ``(metadata, None)`` on success or ``(None, error)``."""
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+"""librdkafka's and the Java client's default ``transaction.timeout.ms``."""
 
 _QUEUE_FULL_BACKOFF_S = 0.05
 _POLL_INTERVAL_S = 0.05
@@ -111,6 +134,8 @@ class Producer:
         linger_ms: int = 5,
         idempotence: bool | None = None,
         delivery_timeout_ms: int = 30_000,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
         client_id: str = DEFAULT_CLIENT_ID,
         extra: Mapping[str, str] | None = None,
     ) -> None:
@@ -118,7 +143,11 @@ class Producer:
 
         ``idempotence`` defaults to on with ``acks="all"`` and off otherwise (librdkafka refuses
         idempotence without ``acks=all``). ``delivery_timeout_ms`` bounds each record's time from
-        ``send`` to its report. ``extra`` is passed to librdkafka as-is and wins over the rest.
+        ``send`` to its report. ``transactional_id`` makes the producer transactional (needs
+        ``acks="all"`` and idempotence; see the module docstring); ``transaction_timeout_ms``
+        (at most the brokers' ``transaction.max.timeout.ms``) bounds each transaction and must
+        not be below ``delivery_timeout_ms``. ``extra`` is passed to librdkafka as-is and wins
+        over the rest.
         """
         if acks not in ACKS_VALUES:
             raise ValueError(f"acks must be one of {', '.join(ACKS_VALUES)}, got {acks!r}")
@@ -134,6 +163,18 @@ class Producer:
             raise ValueError(f"delivery_timeout_ms must be positive, got {delivery_timeout_ms}")
         if not 0 <= linger_ms < delivery_timeout_ms:
             raise ValueError(f"linger_ms must be in [0, delivery_timeout_ms), got {linger_ms}")
+        if transactional_id is not None:
+            if not transactional_id:
+                raise ValueError("transactional_id must not be empty")
+            if not idempotence:
+                raise ValueError("a transactional producer needs acks='all' and idempotence")
+            if transaction_timeout_ms <= 0:
+                raise ValueError(
+                    f"transaction_timeout_ms must be positive, got {transaction_timeout_ms}")
+            if delivery_timeout_ms > transaction_timeout_ms:
+                raise ValueError(
+                    f"delivery_timeout_ms ({delivery_timeout_ms}) must not exceed "
+                    f"transaction_timeout_ms ({transaction_timeout_ms})")
         self._tracker = ErrorTracker()
         settings: dict[str, Any] = {
             "acks": acks,
@@ -145,6 +186,9 @@ class Producer:
             "socket.connection.setup.timeout.ms": min(30_000, delivery_timeout_ms),
             "partitioner": "murmur2_random",
         }
+        if transactional_id is not None:
+            settings["transactional.id"] = transactional_id
+            settings["transaction.timeout.ms"] = transaction_timeout_ms
         config = base_config(
             bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=None
         )
@@ -152,6 +196,8 @@ class Producer:
         config.update(extra or {})
         self._bootstrap: str = config["bootstrap.servers"]
         self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.transactional_id = transactional_id
+        self._transactions_ready = False
         self._producer = KafkaProducer(config)
 
     def __enter__(self) -> Producer:
@@ -284,6 +330,94 @@ class Producer:
         )
         metadata = delivery.result(timeout)
         return metadata.partition, metadata.offset
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with its coordinator (once; later calls do nothing).
+
+        Fences every older producer with this id and completes a transaction it left open.
+        Bounded by ``timeout`` seconds (default: the delivery timeout); raises a
+        :class:`~loglake.client.errors.TransactionError`.
+        """
+        if self._transactions_ready:
+            return
+        self._transactional("init transactions", self._producer.init_transactions,
+                            self._bound(timeout))
+        self._transactions_ready = True
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (calling :meth:`init_transactions` first if needed)."""
+        self.init_transactions()
+        self._transactional("begin transaction", self._producer.begin_transaction)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Deliver every record sent in the transaction, then commit it.
+
+        :class:`~loglake.client.errors.AbortableTransactionError` when a record or the commit
+        failed (abort then); a ``retriable`` :class:`TransactionError` (timeout) may be
+        repeated: the commit is idempotent.
+        """
+        self._transactional("commit transaction", self._producer.commit_transaction,
+                            self._bound(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: its records are purged or written as aborted, its offsets
+        dropped; read_committed consumers never see them."""
+        self._transactional("abort transaction", self._producer.abort_transaction,
+                            self._bound(timeout))
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartitionKey, int],
+        group_metadata: GroupMetadata,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit consumer ``offsets`` (the next offset to read per ``(topic, partition)``) for
+        the consumer group of ``group_metadata`` (:meth:`Consumer.group_metadata`) as part of
+        the open transaction: they become the group's committed offsets only if it commits."""
+        if not offsets:
+            raise ValueError("send_offsets_to_transaction needs at least one partition")
+        for (topic, partition), offset in offsets.items():
+            if offset < 0:
+                raise ValueError(f"offset for {topic}[{partition}] must be >= 0, got {offset}")
+        positions = [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+        self._transactional(
+            f"send offsets of group {group_metadata.group_id!r} to the transaction",
+            self._producer.send_offsets_to_transaction, positions, group_metadata.handle,
+            self._bound(timeout))
+
+    @contextmanager
+    def transaction(self, timeout: float | None = None) -> Iterator[Producer]:
+        """``with producer.transaction(): ...``: begin; commit when the block ends, abort (and
+        re-raise) when it raises. ``timeout`` bounds the commit or abort."""
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            # the block's exception says more; a fenced producer cannot abort
+            with suppress(LoglakeError):
+                self.abort_transaction(timeout)
+            raise
+        self.commit_transaction(timeout)
+
+    def _bound(self, timeout: float | None) -> float:
+        limit = self.delivery_timeout_s if timeout is None else timeout
+        if limit <= 0:
+            raise ValueError(f"timeout must be positive, got {limit}")
+        return limit
+
+    def _transactional(self, operation: str, call: Callable[..., object], *args: Any) -> None:
+        if self.transactional_id is None:
+            raise ValueError(f"{operation}: the producer has no transactional_id")
+        where = f"{operation} (transactional id {self.transactional_id!r})"
+        try:
+            call(*args)
+        except Exception as exc:
+            raise transaction_exception(exc, where) from exc
+
+    # -- delivery ----------------------------------------------------------------------------
 
     def poll(self, timeout: float = 0.0) -> int:
         """Serve delivery reports for up to ``timeout`` seconds; returns how many were served."""
