@@ -22,6 +22,20 @@ Invariants:
   leave the ISR, followers whose LEO reaches HW (and the current epoch's start) with a fetch in
   the last ``FRESH_FETCH_MS`` rejoin it. :meth:`isr_changes` only names them: the broker writes
   the new ISR to ZooKeeper, and it takes effect here through :meth:`apply_state`.
+* Transactions (Kafka's ``ProducerStateManager`` in ``UnifiedLog``): the producer table
+  (producer_state.py) knows every open transaction; the *last stable offset* (LSO,
+  :attr:`Partition.last_stable_offset`) is the minimum of the high watermark and the first
+  unstable offset, on leaders and followers alike (followers rebuild the table from the
+  replicated batches and markers, so a new leader knows the open transactions). Markers are
+  appended by :meth:`Partition.write_txn_marker` (leader only); every ABORT marker adds an entry
+  to the transaction index of the segment it lands in (segments/txn_index.py), which
+  :meth:`Partition.aborted_transactions` answers from memory.
+* Producer-state snapshots (segments/producer_snapshot.py): written as of the new segment's
+  base offset when a segment rolls and as of the log end at :meth:`Partition.close`; the two
+  newest are kept; those above a truncation point are deleted. At open and after a truncation
+  the table is the newest readable snapshot at or below the log end (and, after an unclean
+  stop, at or below the first segment recovery re-validated) plus a replay of the batch
+  headers after it; the replay also re-adds transaction-index entries that the crash lost.
 * The log start offset only moves forward (DeleteRecords, retention: :meth:`advance_log_start`).
   Followers adopt the leader's from fetch responses; the leader keeps the one each follower
   reports in its fetches, and the *low watermark* (:meth:`low_watermark`) is the smallest over
@@ -39,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from loglake.broker.producer_state import ProducerStateTable
+from loglake.broker.producer_state import CompletedTxn, ProducerStateTable, ProducerSummary
 from loglake.catalog.zookeeper import PartitionState
 from loglake.config import TopicConfig
 from loglake.errors import (
@@ -48,12 +62,15 @@ from loglake.errors import (
     OutOfOrderSequenceError,
     UnknownLeaderEpochError,
 )
-from loglake.segments import checkpoint
-from loglake.segments.batch import parse_batches
+from loglake.segments import checkpoint, producer_snapshot
+from loglake.segments.batch import BatchHeader, Buffer, parse_batches
 from loglake.segments.log import PartitionLog
+from loglake.segments.records import decode_end_txn_marker, encode_end_txn_marker
+from loglake.segments.txn_index import AbortedTxn
 
 # a follower only rejoins the ISR on the strength of a recent fetch (Kafka expands on fetch)
 FRESH_FETCH_MS = 2000
+SNAPSHOTS_KEPT = 2  # producer-state snapshots kept per partition (Kafka keeps more; 2 suffice)
 
 
 class Role(enum.Enum):
@@ -114,8 +131,11 @@ class Partition:
         self._hw_checkpointed = self._hw
         self.closed = False
         self._waiters: set[asyncio.Future[None]] = set()
-        for header in self.log.batch_headers(self.log.log_start_offset):
-            self.producers.record_batch(header)
+        recovered = self.log.first_recovered_offset
+        self._load_producer_state(
+            self.log.log_end_offset if recovered is None else min(recovered,
+                                                                  self.log.log_end_offset))
+        self.log.before_roll = self._snapshot_producer_state
 
     # ------------------------------------------------------------------ state
     @property
@@ -129,6 +149,22 @@ class Partition:
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The high watermark, or the first offset of a transaction not yet decided (or
+        decided by a marker not yet below the high watermark) when that is lower."""
+        first = self.producers.first_unstable_offset(self._hw)
+        return self._hw if first is None else min(first, self._hw)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, end_offset), oldest first (from the
+        in-memory transaction indexes)."""
+        return self.log.aborted_transactions(start_offset, end_offset)
+
+    def producer_summaries(self) -> list[ProducerSummary]:
+        """Every producer this partition holds state for (DescribeProducers)."""
+        return self.producers.summaries()
 
     @property
     def isr(self) -> tuple[int, ...]:
@@ -239,6 +275,42 @@ class Partition:
         return AppendOutcome(result.base_offset, result.last_offset, result.log_append_time_ms,
                              result.log_start_offset)
 
+    def write_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                         commit: bool) -> AppendOutcome:
+        """Append a COMMIT (``commit``) or ABORT marker for the producer's transaction as
+        leader (WriteTxnMarkers). InvalidProducerEpochError for an older producer epoch,
+        TransactionCoordinatorFencedError for an older coordinator epoch (producer_state.py).
+        An ABORT adds the transaction to the segment's transaction index."""
+        self.require_leader()
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        now_ms = int(self.clock() * 1000)
+        data = encode_end_txn_marker(producer_id=producer_id, producer_epoch=producer_epoch,
+                                     coordinator_epoch=coordinator_epoch, commit=commit,
+                                     timestamp_ms=now_ms)
+        result = self.log.append(data, leader_epoch=self.leader_epoch,
+                                 headers=parse_batches(data), validated=[now_ms])
+        self._apply_batch(result.batches[0], data, 0)
+        self._maybe_advance_hw()
+        self._wake()
+        return AppendOutcome(result.base_offset, result.last_offset, result.log_append_time_ms,
+                             result.log_start_offset)
+
+    def _apply_batch(self, header: BatchHeader, data: Buffer, position: int) -> None:
+        """Update the producer table (and, for an ABORT, the transaction index) for a batch
+        stored at ``header.base_offset`` whose bytes start at ``data[position]``. No checks:
+        the leader made them (followers, replays, and the leader after its checks)."""
+        if not header.is_control:
+            self.producers.record_batch(header)
+            return
+        marker = decode_end_txn_marker(data, header, position)
+        if marker is None:
+            return
+        completed = self.producers.record_marker(
+            header.producer_id, header.producer_epoch, marker.coordinator_epoch,
+            commit=marker.commit, offset=header.base_offset, timestamp=header.max_timestamp)
+        if completed.aborted:
+            self.log.add_aborted_txn(_index_entry(completed))
+
     # ------------------------------------------------------------------ leader: followers
     def record_follower_fetch(self, replica: int, fetch_offset: int,
                               log_start_offset: int = -1) -> None:
@@ -347,8 +419,9 @@ class Partition:
         """Append batches fetched from the leader (offsets kept) and adopt its HW."""
         if records:
             result = self.log.append_as_follower(records)
+            start = result.batches[0].position  # where ``records`` begins in the segment
             for header in result.batches:
-                self.producers.record_batch(header)
+                self._apply_batch(header, records, header.position - start)
         self.set_follower_hw(leader_hw)
 
     def set_follower_hw(self, leader_hw: int) -> None:
@@ -366,8 +439,43 @@ class Partition:
             self.log.leader_epoch_cache.truncate_from_end(self.log.log_end_offset)
             return
         self.log.truncate_to(offset)
-        self.producers.truncate_from(self.log.log_end_offset)
+        self._load_producer_state(self.log.log_end_offset)
         self._hw = min(self._hw, self.log.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (a follower far behind the leader's log
+        start); the producer state and its snapshots go with it."""
+        self.log.truncate_fully_and_start_at(offset)
+        producer_snapshot.delete_above(self.log.directory, -1)
+        self.producers = ProducerStateTable()
+
+    # ------------------------------------------------------------------ producer state
+    def _load_producer_state(self, limit: int) -> None:
+        """Rebuild the producer table: the newest readable snapshot at or below ``limit``
+        (snapshots above the log end are deleted first) plus a replay of every batch after
+        it; ABORT markers replayed re-add missing transaction-index entries."""
+        directory = self.log.directory
+        producer_snapshot.delete_above(directory, self.log.log_end_offset)
+        loaded = producer_snapshot.load_newest(directory, limit)
+        if loaded is None:
+            self.producers, start = ProducerStateTable(), self.log.log_start_offset
+        else:
+            start, producers = loaded
+            self.producers = ProducerStateTable.from_snapshot(producers)
+        for header in self.log.batch_headers(start):
+            if header.base_offset < start:
+                continue
+            if header.is_control:
+                self._apply_batch(header, self.log.read_batch(header), 0)
+            else:
+                self.producers.record_batch(header)
+
+    def _snapshot_producer_state(self, offset: int) -> None:
+        """Write the producer state as of ``offset`` (the log end: a roll, a clean close)
+        and keep the newest SNAPSHOTS_KEPT snapshots."""
+        directory = self.log.directory
+        producer_snapshot.write(directory, offset, self.producers.to_snapshot())
+        producer_snapshot.retain_newest(directory, SNAPSHOTS_KEPT)
 
     # ------------------------------------------------------------------ reads and waits
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,
@@ -427,4 +535,11 @@ class Partition:
             self.closed = True
             self._wake()
             self.checkpoint_hw()
+            if not self.log.closed:
+                self._snapshot_producer_state(self.log.log_end_offset)
             self.log.close()
+
+
+def _index_entry(completed: CompletedTxn) -> AbortedTxn:
+    return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                      completed.last_stable_offset)

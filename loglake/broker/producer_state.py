@@ -1,17 +1,37 @@
-"""Idempotent-producer state of one partition: per producer id, its epoch and last 5 batches.
+"""Producer state of one partition: per producer id, its epoch, last 5 batches and transaction.
 
-Rules (Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``):
+Rules (Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``), checked on the leader for
+client batches (:meth:`ProducerStateTable.check_batch`) and markers (:meth:`check_marker`):
 
-* a batch with producer id -1 is not idempotent: no checks;
+* a batch with producer id -1 is not idempotent: no checks (a transactional one is refused);
 * epoch lower than the known one -> INVALID_PRODUCER_EPOCH (a fenced, zombie producer);
 * epoch higher than the known one, or a producer we hold no state for -> first sequence must be 0;
 * a batch whose (first, last) sequence equals one of the last 5 retained batches is a duplicate
   (a retry): it is answered with its original base offset and not appended again;
 * otherwise the first sequence must follow the last appended one (``int32`` wrap-around to 0),
-  else OUT_OF_ORDER_SEQUENCE_NUMBER.
+  else OUT_OF_ORDER_SEQUENCE_NUMBER;
+* a transactional batch of a producer without an open transaction opens one at its base
+  offset; a non-transactional batch while the producer's transaction is open ->
+  INVALID_TXN_STATE; control batches never come from clients (INVALID_RECORD);
+* a COMMIT/ABORT marker closes the producer's transaction (:meth:`record_marker`); one with an
+  older producer epoch -> INVALID_PRODUCER_EPOCH, an older coordinator epoch than the last
+  marker's -> TRANSACTION_COORDINATOR_FENCED. A marker may carry a newer epoch (the coordinator
+  bumps it when it aborts a timed-out transaction): the producer's epoch moves up and its
+  retained batches are forgotten. A marker for a producer without an open transaction is
+  recorded too (a re-sent marker); as in Kafka it completes an empty transaction at its own
+  offset.
 
-State is rebuilt on start-up by replaying the batch headers of the log (:meth:`replay`), so it
-survives restarts without a snapshot file (cost: one header scan of the partition at open).
+Followers, and replays of the log at open or after a truncation, call only the ``record_*``
+methods: no checks, the leader already made them.
+
+The *first unstable offset* (:meth:`first_unstable_offset`) is the smallest first offset of an
+open transaction or of a completed one whose marker is not yet below the high watermark
+(Kafka's ``unreplicatedTxns``: a new leader without the marker would reopen it). The partition's
+last stable offset is the minimum of it and the high watermark.
+
+Durability: the table is rebuilt at open from the newest producer-state snapshot
+(segments/producer_snapshot.py, :meth:`to_snapshot` / :meth:`from_snapshot`) plus a replay of
+the batch headers after it (broker/partition.py).
 
 Thread-safety: used from the broker's event loop only.
 """
@@ -22,10 +42,18 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from loglake.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from loglake.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from loglake.segments.producer_snapshot import SnapshotBatch, SnapshotProducer
 
 RETAINED_BATCHES = 5
 INT32_MAX = 2**31 - 1
+NO_TXN = -1
 
 
 @dataclass(frozen=True)
@@ -40,10 +68,39 @@ class BatchMetadata:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RETAINED_BATCHES))
+    coordinator_epoch: int = -1
+    last_timestamp: int = -1
+    current_txn_first_offset: int = NO_TXN
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
+
+
+@dataclass(frozen=True)
+class CompletedTxn:
+    """A transaction closed by a marker at ``last_offset`` (Kafka's ``CompletedTxn``);
+    ``last_stable_offset`` is the first unstable offset of the other producers right after it
+    (``last_offset + 1`` when none), as the transaction index stores it."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+    last_stable_offset: int
+
+
+@dataclass(frozen=True)
+class ProducerSummary:
+    """What DescribeProducers answers for one producer (``current_txn_start_offset`` -1 when
+    no transaction is open)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
 
 
 def _next_seq(seq: int) -> int:
@@ -69,19 +126,30 @@ class BatchIdentity(Protocol):
     def base_offset(self) -> int: ...
     @property
     def last_offset_delta(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def is_transactional(self) -> bool: ...
+    @property
+    def is_control(self) -> bool: ...
 
 
 class ProducerStateTable:
-    """Producer id -> :class:`ProducerEntry` for one partition."""
+    """Producer id -> :class:`ProducerEntry` for one partition, plus its open transactions."""
 
     def __init__(self) -> None:
         self._entries: dict[int, ProducerEntry] = {}
+        # first offset -> producer id of every open transaction, ordered by first offset
+        self._ongoing: dict[int, int] = {}
+        # completed transactions whose marker may not be below the high watermark yet
+        self._unreplicated: list[CompletedTxn] = []
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    # ------------------------------------------------------------------ checks (leader)
     def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> int | None:
-        """Validate a batch before it is appended.
+        """Validate a batch's epoch and sequences before it is appended.
 
         Returns the original base offset when the batch is a duplicate of a retained one,
         None when it may be appended. Raises InvalidProducerEpochError or
@@ -111,36 +179,157 @@ class ProducerStateTable:
             )
         return None
 
+    def check_batch(self, header: BatchIdentity) -> int | None:
+        """Every rule for a client's batch (see the module): :meth:`check`, then the
+        transaction rules. Returns the original base offset of a duplicate, else None."""
+        if header.is_control:
+            raise InvalidRecordError("Clients are not allowed to write control records.")
+        producer_id = header.producer_id
+        if header.is_transactional and producer_id < 0:
+            raise InvalidRecordError("A transactional record batch must carry a producer id.")
+        duplicate = self.check(producer_id, header.producer_epoch, header.base_sequence,
+                               last_sequence(header.base_sequence, header.last_offset_delta))
+        if duplicate is not None or producer_id < 0:
+            return duplicate
+        entry = self._entries.get(producer_id)
+        if (not header.is_transactional and entry is not None
+                and entry.current_txn_first_offset != NO_TXN):
+            raise InvalidTxnStateError(
+                f"Producer {producer_id} wrote a non-transactional batch while its transaction "
+                f"(from offset {entry.current_txn_first_offset}) is open."
+            )
+        return None
+
+    def check_marker(self, producer_id: int, producer_epoch: int,
+                     coordinator_epoch: int) -> None:
+        """A COMMIT/ABORT marker may be written: raises InvalidProducerEpochError for an
+        older producer epoch, TransactionCoordinatorFencedError for an older coordinator
+        epoch than the producer's last marker."""
+        entry = self._entries.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"Transaction marker for producer {producer_id} has epoch {producer_epoch}, "
+                f"but {entry.epoch} is current."
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"Transaction marker for producer {producer_id} comes from coordinator epoch "
+                f"{coordinator_epoch}, older than the last one seen ({entry.coordinator_epoch})."
+            )
+
+    # ------------------------------------------------------------------ updates (all roles)
     def record(
         self, producer_id: int, epoch: int, first_seq: int, last_seq: int,
         first_offset: int, last_offset: int,
     ) -> None:
-        """Remember an appended batch (after :meth:`check` passed, or when replaying the log)."""
+        """Remember an appended data batch (after :meth:`check` passed, or when replaying)."""
         if producer_id < 0:
             return
-        entry = self._entries.get(producer_id)
-        if entry is None or epoch != entry.epoch:
-            entry = ProducerEntry(epoch)
-            self._entries[producer_id] = entry
+        entry = self._entry(producer_id, epoch)
         entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
 
-    def check_batch(self, header: BatchIdentity) -> int | None:
-        """:meth:`check` for a batch header."""
-        return self.check(header.producer_id, header.producer_epoch, header.base_sequence,
-                          last_sequence(header.base_sequence, header.last_offset_delta))
-
     def record_batch(self, header: BatchIdentity) -> None:
-        """:meth:`record` for a batch header as stored (offsets assigned)."""
-        self.record(header.producer_id, header.producer_epoch, header.base_sequence,
+        """Remember a data batch as stored (offsets assigned): sequences, timestamp, and the
+        producer's transaction opens at a transactional batch when none is open."""
+        producer_id = header.producer_id
+        if producer_id < 0:
+            return
+        self.record(producer_id, header.producer_epoch, header.base_sequence,
                     last_sequence(header.base_sequence, header.last_offset_delta),
                     header.base_offset, header.base_offset + header.last_offset_delta)
+        entry = self._entries[producer_id]
+        entry.last_timestamp = header.max_timestamp
+        if header.is_transactional and entry.current_txn_first_offset == NO_TXN:
+            entry.current_txn_first_offset = header.base_offset
+            self._open(header.base_offset, producer_id)
 
-    def truncate_from(self, offset: int) -> None:
-        """Forget batches at or beyond ``offset`` (log truncation)."""
-        for producer_id in list(self._entries):
-            entry = self._entries[producer_id]
-            kept = [b for b in entry.batches if b.last_offset < offset]
+    def record_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                      *, commit: bool, offset: int, timestamp: int) -> CompletedTxn:
+        """Remember a COMMIT/ABORT marker stored at ``offset``: the producer's transaction (or
+        an empty one at ``offset`` when none is open) is complete."""
+        entry = self._entry(producer_id, producer_epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp = timestamp
+        first = entry.current_txn_first_offset
+        if first != NO_TXN:
+            self._ongoing.pop(first, None)
+            entry.current_txn_first_offset = NO_TXN
+        lso = next(iter(self._ongoing), offset + 1)
+        completed = CompletedTxn(producer_id, offset if first == NO_TXN else first, offset,
+                                 not commit, lso)
+        if first != NO_TXN:
+            self._unreplicated.append(completed)
+        return completed
+
+    def _entry(self, producer_id: int, epoch: int) -> ProducerEntry:
+        """The producer's entry at ``epoch``: created if missing; a newer epoch forgets the
+        retained batches (they belong to the old epoch) but keeps the transaction."""
+        entry = self._entries.get(producer_id)
+        if entry is None:
+            entry = self._entries[producer_id] = ProducerEntry(epoch)
+        elif epoch != entry.epoch:
+            entry.epoch = epoch
             entry.batches.clear()
-            entry.batches.extend(kept)
-            if not kept:
-                del self._entries[producer_id]
+        return entry
+
+    def _open(self, first_offset: int, producer_id: int) -> None:
+        if self._ongoing and first_offset < next(reversed(self._ongoing)):
+            items = sorted([*self._ongoing.items(), (first_offset, producer_id)])
+            self._ongoing = dict(items)
+        else:
+            self._ongoing[first_offset] = producer_id
+
+    # ------------------------------------------------------------------ queries
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The smallest first offset of an open transaction or of a completed one whose
+        marker is at or above ``high_watermark`` (see the module); None when none."""
+        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+        candidates = [t.first_offset for t in self._unreplicated]
+        if self._ongoing:
+            candidates.append(next(iter(self._ongoing)))
+        return min(candidates) if candidates else None
+
+    def open_transactions(self) -> list[tuple[int, int]]:
+        """``(first offset, producer id)`` of every open transaction, oldest first."""
+        return list(self._ongoing.items())
+
+    def summaries(self) -> list[ProducerSummary]:
+        """One :class:`ProducerSummary` per producer, by producer id."""
+        return [
+            ProducerSummary(pid, entry.epoch, entry.last_seq, entry.last_timestamp,
+                            entry.coordinator_epoch, entry.current_txn_first_offset)
+            for pid, entry in sorted(self._entries.items())
+        ]
+
+    # ------------------------------------------------------------------ snapshots
+    def to_snapshot(self) -> list[SnapshotProducer]:
+        """The table as snapshot entries (segments/producer_snapshot.py)."""
+        return [
+            SnapshotProducer(
+                pid, entry.epoch, entry.coordinator_epoch, entry.last_timestamp,
+                entry.current_txn_first_offset,
+                tuple(SnapshotBatch(b.first_seq, b.last_seq, b.first_offset, b.last_offset)
+                      for b in entry.batches),
+            )
+            for pid, entry in sorted(self._entries.items())
+        ]
+
+    @classmethod
+    def from_snapshot(cls, producers: list[SnapshotProducer]) -> ProducerStateTable:
+        """A table holding what a snapshot stored (completed transactions are all taken as
+        replicated: the snapshot was written at or below the log end)."""
+        table = cls()
+        for producer in producers:
+            entry = ProducerEntry(producer.producer_epoch)
+            for b in producer.batches:
+                entry.batches.append(BatchMetadata(b.first_seq, b.last_seq, b.first_offset,
+                                                   b.last_offset))
+            entry.coordinator_epoch = producer.coordinator_epoch
+            entry.last_timestamp = producer.last_timestamp
+            entry.current_txn_first_offset = producer.current_txn_first_offset
+            table._entries[producer.producer_id] = entry
+            if producer.current_txn_first_offset != NO_TXN:
+                table._open(producer.current_txn_first_offset, producer.producer_id)
+        return table

@@ -287,7 +287,7 @@ class ReplicaFetcher:
                 log.info("%s: log ends at %d, below the leader's local log start %d: starting "
                          "the local log there (older offsets stay in the table)",
                          partition.name, partition.log.log_end_offset, data.log_start_offset)
-                partition.log.truncate_fully_and_start_at(data.log_start_offset)
+                partition.truncate_fully_and_start_at(data.log_start_offset)
             else:
                 self.truncating[key] = 0
             return False

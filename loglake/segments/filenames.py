@@ -5,6 +5,10 @@ Layout of one partition directory (``<topic>-<partition>``, created by the broke
     00000000000000000000.log         RecordBatch v2 bytes, back to back (see batch.py)
     00000000000000000000.index       offset index: (relative offset u32, position u32) big-endian
     00000000000000000000.timeindex   time index: (timestamp i64, relative offset u32) big-endian
+    00000000000000000000.txnindex    aborted transactions whose marker is in the segment
+                                     (txn_index.py; created at the first ABORT marker)
+    00000000000000000042.snapshot    producer state as of offset 42 (producer_snapshot.py;
+                                     not tied to a segment: at rolls and at clean close)
     leader-epoch-checkpoint          "0\\n<count>\\n<epoch> <start offset>\\n..." (Kafka's format)
     recovery-point-checkpoint        "0\\n1\\n<offset>\\n": everything below is fsynced and valid
     log-start-offset-checkpoint      "0\\n1\\n<offset>\\n": first offset visible to clients
@@ -28,7 +32,9 @@ from pathlib import Path
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+TXN_INDEX_SUFFIX = ".txnindex"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+SNAPSHOT_SUFFIX = ".snapshot"
 TEMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted"
 DELETED_DIR_SUFFIX = "-delete"
@@ -61,13 +67,33 @@ def time_index_file(directory: Path, base_offset: int) -> Path:
     return directory / (offset_name(base_offset) + TIME_INDEX_SUFFIX)
 
 
-def segment_files(directory: Path, base_offset: int) -> tuple[Path, Path, Path]:
-    """``.log``, ``.index`` and ``.timeindex`` of one segment."""
+def txn_index_file(directory: Path, base_offset: int) -> Path:
+    return directory / (offset_name(base_offset) + TXN_INDEX_SUFFIX)
+
+
+def segment_files(directory: Path, base_offset: int) -> tuple[Path, Path, Path, Path]:
+    """``.log``, ``.index``, ``.timeindex`` and ``.txnindex`` of one segment (the last two may
+    not exist)."""
     return (
         log_file(directory, base_offset),
         index_file(directory, base_offset),
         time_index_file(directory, base_offset),
+        txn_index_file(directory, base_offset),
     )
+
+
+def snapshot_file(directory: Path, offset: int) -> Path:
+    """The producer-state snapshot as of ``offset``."""
+    return directory / (offset_name(offset) + SNAPSHOT_SUFFIX)
+
+
+def parse_snapshot_name(name: str) -> int | None:
+    """The offset of a producer-state snapshot file name, None for any other name."""
+    if name.endswith(SNAPSHOT_SUFFIX):
+        stem = name[: -len(SNAPSHOT_SUFFIX)]
+        if len(stem) == OFFSET_DIGITS and stem.isdigit():
+            return int(stem)
+    return None
 
 
 def parse_segment_name(name: str) -> tuple[int, str] | None:

@@ -71,6 +71,7 @@ from loglake.segments.batch import (
 from loglake.segments.epochs import LeaderEpochCache
 from loglake.segments.index import RELATIVE_OFFSET_MAX
 from loglake.segments.segment import RECOVERY_CHUNK_BYTES, LogSegment
+from loglake.segments.txn_index import AbortedTxn
 
 CHECKPOINT_INTERVAL_MS = 60_000  # Kafka's log.flush.offset.checkpoint.interval.ms default
 
@@ -179,6 +180,11 @@ class PartitionLog:
         self.io_lock = threading.RLock()  # fsyncs in a worker vs. closing files on the loop
         self._generation = 0  # bumped by every cut: a flush planned before it must not count
         self.on_roll: Callable[[], None] | None = None  # told after a segment is sealed
+        # told the new segment's base offset before a non-empty active segment is sealed
+        # (the partition snapshots its producer state as of that offset)
+        self.before_roll: Callable[[int], None] | None = None
+        # base offset of the first segment open() had to recover (None: none was)
+        self.first_recovered_offset: int | None = None
         self.leader_epoch_cache, self._epoch_cache_valid = LeaderEpochCache.load(
             directory / filenames.LEADER_EPOCH_CHECKPOINT, lambda: self._next_offset
         )
@@ -301,6 +307,7 @@ class PartitionLog:
 
         log = cls(directory, config, clock, segments, log_start, clean)
         log.recovery_damage = damage
+        log.first_recovered_offset = recovered[0].base_offset if recovered else None
         log._load_epochs(recovered_epochs)
         for segment in recovered:
             segment.flush()
@@ -344,6 +351,11 @@ class PartitionLog:
     @property
     def recovery_point(self) -> int:
         return self._recovery_point
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close` or :meth:`delete`."""
+        return self._closed
 
     @property
     def size_bytes(self) -> int:
@@ -560,6 +572,8 @@ class PartitionLog:
             self._bases.pop()
             old.delete()
         else:
+            if self.before_roll is not None:
+                self.before_roll(base_offset)
             old.seal()
             self._pending_roll_flush = base_offset
         segment = LogSegment.create(
@@ -694,6 +708,44 @@ class PartitionLog:
             for header in segment.scan(position, chunk_size=RECOVERY_CHUNK_BYTES):
                 if header.last_offset >= from_offset:
                     yield header
+
+    def read_batch(self, header: BatchHeader) -> bytes:
+        """The bytes of a batch whose header :meth:`batch_headers` yielded."""
+        self._check_open()
+        segment = self._segments[max(0, bisect.bisect_right(self._bases, header.base_offset) - 1)]
+        return segment.read(header.position, header.size)
+
+    # ------------------------------------------------------------ aborted transactions
+
+    def add_aborted_txn(self, entry: AbortedTxn) -> bool:
+        """Record an aborted transaction in the transaction index of the segment holding its
+        marker (``entry.last_offset``), unless that index has it already (a replay); True if
+        it was added. Entries are flushed with their segment."""
+        self._check_open()
+        segment = self._segments[max(0, bisect.bisect_right(self._bases, entry.last_offset) - 1)]
+        index = segment.txn_index
+        if index.contains_marker(entry.last_offset) or (
+            index.entries and index.entries[-1].last_offset > entry.last_offset
+        ):
+            return False
+        index.append(entry)
+        return True
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, end_offset), oldest first, from the
+        in-memory copies of the segments' transaction indexes (Kafka's
+        ``collectAbortedTransactions``)."""
+        self._check_open()
+        found: list[AbortedTxn] = []
+        if end_offset <= start_offset:
+            return found
+        first = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        for segment in self._segments[first:]:
+            entries, complete = segment.txn_index.collect(start_offset, end_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
 
     # ---------------------------------------------------------------------- durability
 

@@ -440,3 +440,54 @@ def encode_batch(
     out[HEADER_SIZE:] = payload
     _U32.pack_into(out, 17, compute_crc(out, 0, size))
     return bytes(out)
+
+
+# ------------------------------------------------------------------ transaction markers
+
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_END_TXN_VALUE = struct.Struct(">hi")  # version 0, coordinator epoch
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    """The one control record of a COMMIT/ABORT batch (Kafka's ``EndTransactionMarker``):
+    key = int16 version 0 + int16 type (0 ABORT, 1 COMMIT), value = int16 version 0 + int32
+    coordinator epoch."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def encode_end_txn_marker(
+    *, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+    timestamp_ms: int,
+) -> bytes:
+    """A control RecordBatch v2 (magic 2, attributes transactional|control, base sequence -1,
+    base offset 0: the log assigns it) holding one end-transaction marker record."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _END_TXN_VALUE.pack(0, coordinator_epoch)
+    return encode_batch(
+        [Record(0, timestamp_ms, key, value)], base_offset=0, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=-1, is_transactional=True, is_control=True,
+    )
+
+
+def decode_end_txn_marker(buf: Buffer, header: BatchHeader,
+                          offset: int | None = None) -> EndTxnMarker | None:
+    """The marker of a control batch (``offset`` as in :func:`decode_records`); None for a
+    control batch of another type or with no record. CorruptRecordError if unreadable."""
+    for record in decode_records(buf, header, offset):
+        if record.key is None or len(record.key) < _CONTROL_KEY.size:
+            raise CorruptRecordError(
+                f"control record at offset {record.offset} has a short or missing key"
+            )
+        _version, kind = _CONTROL_KEY.unpack_from(record.key)
+        if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+            return None
+        epoch = -1
+        if record.value is not None and len(record.value) >= _END_TXN_VALUE.size:
+            epoch = _END_TXN_VALUE.unpack_from(record.value)[1]
+        return EndTxnMarker(kind == CONTROL_COMMIT, epoch)
+    return None

@@ -4,7 +4,9 @@ On disk (names from filenames.py): ``<base>.log`` holds RecordBatch v2 batches b
 with strictly increasing, non-overlapping offsets starting at or after ``<base>``; the sparse
 ``.index``/``.timeindex`` (index.py) get one entry per ``index.interval.bytes`` of log, and a
 final time index entry when the segment is sealed (rolled or closed), so a sealed segment's
-largest timestamp is the last time index entry.
+largest timestamp is the last time index entry. ``.txnindex`` (txn_index.py) lists the aborted
+transactions whose ABORT marker is in the segment; it is flushed, truncated and deleted with the
+segment, and entries whose marker is past the segment's end after recovery are dropped at open.
 
 Writes: :meth:`LogSegment.append` writes the batches with one ``pwrite`` at the end of the file,
 then the index entries. Nothing is fsynced unless :meth:`flush` is called. A crash can leave a
@@ -38,6 +40,7 @@ from loglake.segments.batch import (
 )
 from loglake.segments.index import RELATIVE_OFFSET_MAX, OffsetIndex, TimeIndex
 from loglake.segments.records import Record, decode_records
+from loglake.segments.txn_index import TransactionIndex
 
 SCAN_CHUNK_BYTES = 64 * 1024
 RECOVERY_CHUNK_BYTES = 1024 * 1024
@@ -59,6 +62,7 @@ class LogSegment:
         fd: int,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
+        txn_index: TransactionIndex,
         index_interval_bytes: int,
         max_index_bytes: int,
         created_ms: int,
@@ -68,6 +72,7 @@ class LogSegment:
         self.log_path = filenames.log_file(directory, base_offset)
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index
         self.index_interval_bytes = index_interval_bytes
         self.max_index_bytes = max_index_bytes
         self.created_ms = created_ms
@@ -92,17 +97,20 @@ class LogSegment:
         now_ms: int,
     ) -> LogSegment:
         """A new empty segment; fails if a non-empty ``.log`` with this base already exists."""
-        log_path, index_path, time_index_path = filenames.segment_files(directory, base_offset)
+        log_path, index_path, time_index_path, txn_path = filenames.segment_files(
+            directory, base_offset)
         fd = os.open(log_path, os.O_RDWR | os.O_CREAT, 0o644)
         if os.fstat(fd).st_size:
             os.close(fd)
             raise FileExistsError(f"segment {log_path} already exists and is not empty")
+        txn_path.unlink(missing_ok=True)  # left by an older segment with this base
         return cls(
             directory,
             base_offset,
             fd=fd,
             offset_index=OffsetIndex.create(index_path, base_offset, max_index_bytes),
             time_index=TimeIndex.create(time_index_path, base_offset, max_index_bytes),
+            txn_index=TransactionIndex(txn_path, []),
             index_interval_bytes=index_interval_bytes,
             max_index_bytes=max_index_bytes,
             created_ms=now_ms,
@@ -130,7 +138,7 @@ class LogSegment:
         full recovery, which truncates at the first bad byte.
         ``on_recovered_batch`` sees every valid batch when a full recovery runs.
         """
-        log_path, index_path, time_index_path = filenames.segment_files(directory, base_offset)
+        log_path, index_path, time_index_path, _ = filenames.segment_files(directory, base_offset)
         fd = os.open(log_path, os.O_RDWR)
         offset_index: OffsetIndex
         time_index: TimeIndex
@@ -148,6 +156,7 @@ class LogSegment:
             fd=fd,
             offset_index=offset_index,
             time_index=time_index,
+            txn_index=TransactionIndex.load(directory, base_offset),
             index_interval_bytes=index_interval_bytes,
             max_index_bytes=max_index_bytes,
             created_ms=now_ms,
@@ -160,6 +169,7 @@ class LogSegment:
             except LoglakeError:
                 needs_recovery = True
         truncated = segment.recover(on_recovered_batch) if needs_recovery else 0
+        segment.txn_index.truncate_to(segment.next_offset)
         return segment, truncated
 
     def _load_tail_state(self, *, verify_crc: bool) -> None:
@@ -260,10 +270,12 @@ class LogSegment:
             os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Seal and close every file handle (no fsync: call :meth:`flush` first if needed)."""
         self.seal()
+        self.txn_index.close()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -275,7 +287,8 @@ class LogSegment:
         without a log (also removed on open).
         """
         self.close()
-        paths = (self.log_path, self.offset_index.path, self.time_index.path)
+        paths = (self.log_path, self.offset_index.path, self.time_index.path,
+                 self.txn_index.path)
         renamed = []
         for path in paths:
             target = filenames.deleted_file(path)
@@ -349,6 +362,7 @@ class LogSegment:
         if header.position == 0:
             self._first_batch_timestamp = None
         self._load_tail_state(verify_crc=False)
+        self.txn_index.truncate_to(self.next_offset)
         return removed
 
     # ------------------------------------------------------------------------------- reads

@@ -1,0 +1,205 @@
+"""In-process tests of a partition's transaction state: producer-table rules (open, close,
+fencing), the last stable offset across producers, markers, the aborted-transactions list,
+follower replay, truncation, and restarts (clean and after a torn tail). Real Partition and
+PartitionLog over temporary directories."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from loglake.broker.partition import Partition
+from loglake.broker.producer_state import ProducerStateTable, ProducerSummary
+from loglake.catalog.zookeeper import PartitionState
+from loglake.config import TopicConfig
+from loglake.errors import (
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidTxnStateError,
+    NotLeaderError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from loglake.segments.batch import parse_batches
+from loglake.segments.records import (
+    Record,
+    decode_end_txn_marker,
+    encode_batch,
+    encode_end_txn_marker,
+)
+from loglake.segments.txn_index import AbortedTxn
+
+T0 = 1_700_000_000_000
+
+
+def batch(count: int, *, pid: int = -1, epoch: int = 0, seq: int = -1,
+          txn: bool = False) -> bytes:
+    return encode_batch([Record(i, T0 + i, None, b"v%d" % i) for i in range(count)],
+                        producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                        is_transactional=txn)
+
+
+def open_partition(directory: Path, *, leader: bool = True, broker_id: int = 1,
+                   config: TopicConfig | None = None) -> Partition:
+    partition = Partition("t", 0, directory, config or TopicConfig(), broker_id=broker_id,
+                          replicas=(1,))
+    if leader:
+        partition.apply_state(PartitionState(leader=broker_id, leader_epoch=0,
+                                             isr=(broker_id,), zk_version=0))
+    else:
+        partition.apply_state(PartitionState(leader=99, leader_epoch=0, isr=(99,),
+                                             zk_version=0))
+    return partition
+
+
+class Producer:
+    """A transactional producer's batches with consecutive sequences."""
+
+    def __init__(self, pid: int, epoch: int = 0) -> None:
+        self.pid, self.epoch, self.seq = pid, epoch, 0
+
+    def batch(self, count: int, *, txn: bool = True) -> bytes:
+        data = batch(count, pid=self.pid, epoch=self.epoch, seq=self.seq, txn=txn)
+        self.seq += count
+        return data
+
+
+# ------------------------------------------------------------------ control batches
+
+def test_end_txn_marker_round_trip() -> None:
+    data = encode_end_txn_marker(producer_id=7, producer_epoch=3, coordinator_epoch=11,
+                                 commit=False, timestamp_ms=T0)
+    (header,) = parse_batches(data, strict=False)
+    assert header.is_control and header.is_transactional
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 3, -1)
+    assert header.record_count == 1 and header.magic == 2
+    marker = decode_end_txn_marker(data, header)
+    assert marker is not None and not marker.commit and marker.coordinator_epoch == 11
+    commit = encode_end_txn_marker(producer_id=7, producer_epoch=3, coordinator_epoch=0,
+                                   commit=True, timestamp_ms=T0)
+    marker = decode_end_txn_marker(commit, parse_batches(commit, strict=False)[0])
+    assert marker is not None and marker.commit
+
+
+# ------------------------------------------------------------------ producer table rules
+
+def test_table_opens_and_closes_transactions_and_fences() -> None:
+    table = ProducerStateTable()
+    (first,) = parse_batches(batch(2, pid=5, seq=0, txn=True))
+    assert table.check_batch(first) is None
+    table.record_batch(dataclasses.replace(first, base_offset=10))
+    assert table.first_unstable_offset(100) == 10
+    (plain,) = parse_batches(batch(1, pid=5, seq=2))
+    with pytest.raises(InvalidTxnStateError):
+        table.check_batch(plain)
+    (control,) = parse_batches(
+        encode_end_txn_marker(producer_id=5, producer_epoch=0, coordinator_epoch=0,
+                              commit=True, timestamp_ms=T0), strict=False)
+    with pytest.raises(InvalidRecordError):
+        table.check_batch(control)
+    with pytest.raises(InvalidRecordError):  # transactional without a producer id
+        table.check_batch(parse_batches(batch(1, txn=True))[0])
+    table.check_marker(5, 0, 3)
+    done = table.record_marker(5, 0, 3, commit=False, offset=20, timestamp=T0)
+    assert (done.first_offset, done.last_offset, done.aborted, done.last_stable_offset) == (
+        10, 20, True, 21)
+    assert table.first_unstable_offset(20) == 10  # marker not yet below the HW
+    assert table.first_unstable_offset(21) is None
+    with pytest.raises(TransactionCoordinatorFencedError):
+        table.check_marker(5, 0, 2)
+    table.record_marker(5, 1, 3, commit=True, offset=21, timestamp=T0)  # newer epoch: fine
+    with pytest.raises(InvalidProducerEpochError):
+        table.check_marker(5, 0, 3)
+    (old_epoch,) = parse_batches(batch(1, pid=5, epoch=0, seq=0, txn=True))
+    with pytest.raises(InvalidProducerEpochError):
+        table.check_batch(old_epoch)
+    (wrong_seq,) = parse_batches(batch(1, pid=5, epoch=1, seq=4, txn=True))
+    with pytest.raises(OutOfOrderSequenceError):
+        table.check_batch(wrong_seq)
+    (summary,) = table.summaries()
+    assert summary == ProducerSummary(5, 1, -1, T0, 3, -1)
+
+
+def test_lso_is_the_earliest_open_transaction_of_any_producer() -> None:
+    table = ProducerStateTable()
+    for pid, offset in ((1, 5), (2, 8), (3, 12)):
+        (header,) = parse_batches(batch(1, pid=pid, seq=0, txn=True))
+        table.record_batch(dataclasses.replace(header, base_offset=offset))
+    assert table.first_unstable_offset(100) == 5
+    done = table.record_marker(2, 0, 0, commit=False, offset=20, timestamp=T0)
+    assert done.last_stable_offset == 5  # producer 1 still open
+    table.record_marker(1, 0, 0, commit=True, offset=21, timestamp=T0)
+    assert table.first_unstable_offset(100) == 12
+    assert table.open_transactions() == [(12, 3)]
+
+
+# ------------------------------------------------------------------ partition
+
+
+def test_partition_lso_markers_and_aborted_list(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path / "t-0")
+    a, b, c = Producer(100), Producer(200), Producer(300)
+    partition.append(batch(2))  # 0-1 plain
+    assert partition.last_stable_offset == 2
+    partition.append(a.batch(3))  # 2-4 txn a
+    partition.append(b.batch(2))  # 5-6 txn b
+    partition.append(c.batch(1))  # 7 txn c
+    assert partition.high_watermark == 8  # single-replica ISR
+    assert partition.last_stable_offset == 2
+    with pytest.raises(InvalidTxnStateError):
+        partition.append(a.batch(1, txn=False))
+    a.seq -= 1
+    abort_b = partition.write_txn_marker(200, 0, 0, commit=False)  # 8
+    assert abort_b.base_offset == abort_b.last_offset == 8
+    assert partition.last_stable_offset == 2
+    partition.write_txn_marker(100, 0, 0, commit=True)  # 9
+    assert partition.last_stable_offset == 7  # c still open
+    partition.append(a.batch(2))  # 10-11 a's second transaction
+    partition.write_txn_marker(300, 0, 0, commit=False)  # 12
+    assert partition.last_stable_offset == 10
+    partition.write_txn_marker(100, 0, 0, commit=False)  # 13
+    assert partition.last_stable_offset == partition.high_watermark == 14
+    assert partition.aborted_transactions(0, 14) == [
+        AbortedTxn(200, 5, 8, 2), AbortedTxn(300, 7, 12, 10), AbortedTxn(100, 10, 13, 14)]
+    assert partition.aborted_transactions(9, 10) == [AbortedTxn(300, 7, 12, 10)]
+    assert partition.aborted_transactions(0, 5) == []
+    assert partition.aborted_transactions(13, 14) == [AbortedTxn(100, 10, 13, 14)]
+    summaries = {s.producer_id: s for s in partition.producer_summaries()}
+    assert summaries[100].current_txn_start_offset == -1
+    assert summaries[100].last_sequence == 4
+    partition.append(c.batch(1))  # 14: c opens again
+    assert {s.producer_id: s.current_txn_start_offset
+            for s in partition.producer_summaries()}[300] == 14
+    with pytest.raises(InvalidRecordError):
+        partition.append(encode_end_txn_marker(producer_id=300, producer_epoch=0,
+                                               coordinator_epoch=0, commit=True,
+                                               timestamp_ms=T0))
+    with pytest.raises(TransactionCoordinatorFencedError):
+        partition.write_txn_marker(300, 0, -1, commit=True)
+    with pytest.raises(InvalidProducerEpochError):
+        partition.write_txn_marker(300, -1, 0, commit=True)
+    partition.close()
+
+
+def test_lso_held_by_the_high_watermark_and_by_unreplicated_markers(tmp_path: Path) -> None:
+    partition = Partition("t", 0, tmp_path / "t-0", TopicConfig(), broker_id=1, replicas=(1, 2))
+    partition.apply_state(PartitionState(leader=1, leader_epoch=0, isr=(1, 2), zk_version=0))
+    a = Producer(1)
+    partition.append(batch(3))
+    partition.append(a.batch(2))  # 3-4
+    partition.record_follower_fetch(2, 5)
+    assert (partition.high_watermark, partition.last_stable_offset) == (5, 3)
+    partition.write_txn_marker(1, 0, 0, commit=True)  # 5, not yet replicated
+    assert partition.last_stable_offset == 3
+    partition.record_follower_fetch(2, 6)
+    assert partition.last_stable_offset == 6
+    partition.close()
+
+
+def test_write_txn_marker_needs_leadership(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path / "t-0", leader=False)
+    with pytest.raises(NotLeaderError):
+        partition.write_txn_marker(1, 0, 0, commit=True)
+    partition.close()
