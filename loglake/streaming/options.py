@@ -32,6 +32,8 @@ Names and meanings follow Spark's Kafka source and sink (option names are case-i
                                ZooKeeper (which never include secrets; without them, credentials
                                come from the ``AWS_*`` environment of the Spark workers)
 ``topic``                      sink: the topic of every row (wins over the ``topic`` column)
+``deliveryGuarantee``          sink: ``at-least-once`` (default, as Spark's Kafka sink) |
+                               ``exactly-once`` (transactional writes; see streaming/sink.py)
 =============================  =================================================================
 
 Pure parsing: no I/O, thread-safe; :class:`SourceOptions` is immutable and picklable (Spark
@@ -128,6 +130,7 @@ class SourceOptions:
     """``auto``: read below the tier's end from the Delta table when the storage is known
     (``zookeeper`` given); ``brokers``: read everything through the brokers."""
     sink_topic: str | None = None
+    delivery_guarantee: Literal["at-least-once", "exactly-once"] = "at-least-once"
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold passwords
     """``kafka.*`` options without the prefix (bootstrap servers excluded), for librdkafka."""
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets
@@ -187,6 +190,12 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
     if tier_read not in ("auto", "brokers"):
         raise SourceOptionError(f"option 'tierRead' must be auto or brokers, got {tier_read!r}")
     sink_topic = opts.get("topic", "").strip() or None
+    guarantee = opts.get("deliveryguarantee", "at-least-once").strip().lower()
+    if guarantee not in ("at-least-once", "exactly-once") or (
+            reading and "deliveryguarantee" in opts):
+        raise SourceOptionError(
+            f"option 'deliveryGuarantee' must be at-least-once or exactly-once, and is only "
+            f"for writes, got {opts['deliveryguarantee']!r}")
     return SourceOptions(
         bootstrap_servers=bootstrap,
         zookeeper=zookeeper,
@@ -204,6 +213,7 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         poll_timeout_ms=_positive(opts, "kafkaconsumer.polltimeoutms") or DEFAULT_POLL_TIMEOUT_MS,
         tier_read="brokers" if tier_read == "brokers" else "auto",
         sink_topic=sink_topic,
+        delivery_guarantee="exactly-once" if guarantee == "exactly-once" else "at-least-once",
         kafka=kafka,
         storage_options=storage_options,
     )
@@ -217,6 +227,7 @@ _SPELLING = {
     "maxoffsetspertrigger": "maxOffsetsPerTrigger", "minoffsetspertrigger": "minOffsetsPerTrigger",
     "maxtriggerdelay": "maxTriggerDelay", "minpartitions": "minPartitions",
     "failondataloss": "failOnDataLoss", "includeheaders": "includeHeaders",
+    "deliveryguarantee": "deliveryGuarantee",
     "subscribepattern": "subscribePattern", "kafkaconsumer.polltimeoutms":
     "kafkaConsumer.pollTimeoutMs",
 }

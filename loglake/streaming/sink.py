@@ -11,11 +11,19 @@ Input columns, as Spark's Kafka sink takes them (other columns are ignored):
 ``headers``     optional ``array<struct<key: string, value: binary>>``
 ==============  ===========================================================================
 
-Each task produces its rows with one idempotent ``acks=all`` producer (loglake.client.Producer)
-and flushes before it returns its commit message, so a task that succeeded has every row
-acknowledged by the in-sync replicas. A task that fails raises the first delivery error; Spark
-retries the task, which may write some rows twice: like Spark's Kafka sink this is
-at-least-once (idempotence only removes duplicates from the producer's own retries).
+Delivery guarantee (option ``deliveryGuarantee``):
+
+* ``at-least-once`` (default): each task produces its rows with one idempotent ``acks=all``
+  producer (loglake.client.Producer) and flushes before it returns its commit message, so a
+  task that succeeded has every row acknowledged by the in-sync replicas. A task that fails
+  raises the first delivery error; Spark retries the task, which may write some rows twice, and
+  a streaming query restarted after a driver crash may replay a whole micro-batch: like Spark's
+  Kafka sink this is at-least-once (idempotence only removes duplicates from the producer's own
+  retries).
+* ``exactly-once``: each task writes its rows and a "batch done" marker in one Kafka
+  transaction with a transactional id stable across attempts and restarts, and skips a batch
+  whose marker is already committed (``streaming/exactly_once.py``: the guarantee, its
+  assumptions, its cost). Read the topic ``read_committed``.
 
 Save modes: ``append``. (Spark offers Python data sources only append and overwrite, so the
 default ``errorifexists`` is refused by Spark itself; overwrite is refused here: a log cannot be
@@ -29,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -47,18 +55,24 @@ from pyspark.sql.types import (
 )
 
 from loglake.errors import UnknownTopicError
+from loglake.streaming import exactly_once
 from loglake.streaming.errors import SourceOptionError
 from loglake.streaming.offsets import ClusterView
 from loglake.streaming.options import SourceOptions
+
+if TYPE_CHECKING:
+    from loglake.client.producer import Producer
 
 FLUSH_TIMEOUT_S = 120.0
 
 
 @dataclass
 class WrittenRows(WriterCommitMessage):
-    """Commit message of one task: how many rows it produced."""
+    """Commit message of one task: how many rows it produced (``skipped``: exactly-once found
+    the task's batch already written by an earlier attempt and wrote nothing)."""
 
     rows: int
+    skipped: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,19 +125,34 @@ def sink_layout(options: SourceOptions, schema: StructType) -> SinkLayout:
 def produce(batches: Iterator[pa.RecordBatch], *, bootstrap: str, options: SourceOptions,
             layout: SinkLayout) -> int:
     """Produce every row of ``batches``, flush, and return the row count; raise the first
-    delivery error (:class:`~loglake.errors.LoglakeError`)."""
+    delivery error (:class:`~loglake.errors.LoglakeError`). At-least-once."""
     from loglake.client.errors import ClientError
     from loglake.client.producer import Producer
     from loglake.errors import LoglakeError
 
     failures: list[LoglakeError] = []
+    producer = Producer(bootstrap, acks="all", idempotence=True, client_id="loglake-spark",
+                        extra=dict(options.kafka))
+    rows = send_rows(producer, batches, options=options, layout=layout, failures=failures)
+    pending = producer.flush(FLUSH_TIMEOUT_S)
+    if failures:
+        raise failures[0]
+    if pending:
+        raise ClientError(f"{pending} records to {bootstrap} still undelivered after "
+                          f"{FLUSH_TIMEOUT_S:g} s")
+    return rows
+
+
+def send_rows(producer: Producer, batches: Iterator[pa.RecordBatch], *,
+              options: SourceOptions, layout: SinkLayout, failures: list[Any]) -> int:
+    """Send every row of ``batches`` with ``producer`` (no flush); returns the row count.
+    The first delivery error lands in ``failures`` and is raised at the next row."""
+    from loglake.errors import LoglakeError
 
     def on_delivery(_metadata: object, error: LoglakeError | None) -> None:
         if error is not None and not failures:
             failures.append(error)
 
-    producer = Producer(bootstrap, acks="all", idempotence=True, client_id="loglake-spark",
-                        extra=dict(options.kafka))
     rows = 0
     for batch in batches:
         columns: dict[str, list[Any]] = {
@@ -150,13 +179,29 @@ def produce(batches: Iterator[pa.RecordBatch], *, bootstrap: str, options: Sourc
             rows += 1
             if failures:
                 raise failures[0]
-    pending = producer.flush(FLUSH_TIMEOUT_S)
-    if failures:
-        raise failures[0]
-    if pending:
-        raise ClientError(f"{pending} records to {bootstrap} still undelivered after "
-                          f"{FLUSH_TIMEOUT_S:g} s")
     return rows
+
+
+def write_task(batches: Iterator[pa.RecordBatch], *, bootstrap: str, options: SourceOptions,
+               layout: SinkLayout, sink_id: str | None) -> WrittenRows:
+    """One write task with the configured delivery guarantee (``sink_id``: the batch job's
+    id for exactly-once batch writes, ``None`` for streaming)."""
+    if options.delivery_guarantee != "exactly-once":
+        return WrittenRows(produce(batches, bootstrap=bootstrap, options=options,
+                                   layout=layout))
+    topic, batches = exactly_once.peek_topic(batches, options)
+    if topic is None:
+        return WrittenRows(0)  # no rows: nothing to write, nothing to mark
+    identity = exactly_once.task_identity(sink_id, options.sink_topic)
+    failures: list[Any] = []
+
+    def send(producer: Producer, rows: Iterator[pa.RecordBatch]) -> int:
+        return send_rows(producer, rows, options=options, layout=layout, failures=failures)
+
+    written = exactly_once.write_exactly_once(
+        batches, bootstrap=bootstrap, options=options, identity=identity, marker_topic=topic,
+        send_rows=send)
+    return WrittenRows(0, skipped=True) if written is None else WrittenRows(written)
 
 
 def _bootstrap(options: SourceOptions) -> str:
@@ -181,10 +226,12 @@ class TopicWriter(DataSourceArrowWriter):
         self.options = options
         self.bootstrap = bootstrap
         self.layout = layout
+        # one id per write job, drawn on the driver: every attempt of a task shares it
+        self.sink_id = exactly_once.batch_sink_id()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRows:
-        return WrittenRows(produce(iterator, bootstrap=self.bootstrap, options=self.options,
-                                   layout=self.layout))
+        return write_task(iterator, bootstrap=self.bootstrap, options=self.options,
+                          layout=self.layout, sink_id=self.sink_id)
 
 
 class TopicStreamWriter(DataSourceStreamArrowWriter):
@@ -196,14 +243,16 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
         self.layout = layout
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenRows:
-        return WrittenRows(produce(iterator, bootstrap=self.bootstrap, options=self.options,
-                                   layout=self.layout))
+        return write_task(iterator, bootstrap=self.bootstrap, options=self.options,
+                          layout=self.layout, sink_id=None)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Rows are acknowledged when each task returns: nothing left to commit."""
+        """Rows are acknowledged (or, exactly-once, their transactions committed together with
+        the batch markers) when each task returns: nothing left to commit."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Records already acknowledged stay (at-least-once, as Spark's Kafka sink)."""
+        """Records already acknowledged stay (at-least-once, as Spark's Kafka sink); committed
+        exactly-once tasks stay too, and their markers make a replay skip them."""
 
 
 def batch_writer(options: SourceOptions, schema: StructType, overwrite: bool) -> TopicWriter:
@@ -213,9 +262,13 @@ def batch_writer(options: SourceOptions, schema: StructType, overwrite: bool) ->
             hint="use mode('append')",
         )
     layout = sink_layout(options, schema)
+    if options.delivery_guarantee == "exactly-once":
+        exactly_once.check_options(options)
     return TopicWriter(options, _bootstrap(options), layout)
 
 
 def stream_writer(options: SourceOptions, schema: StructType) -> TopicStreamWriter:
     layout = sink_layout(options, schema)
+    if options.delivery_guarantee == "exactly-once":
+        exactly_once.check_options(options)
     return TopicStreamWriter(options, _bootstrap(options), layout)
