@@ -41,9 +41,20 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.groups.group import Group, GroupState, Member
+from loglake.broker.groups.txn_offsets import (
+    marker_applies,
+    merge_pending,
+    offsets_partition_for,
+    plan_completion,
+)
 from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.zk_session import ZkSession
-from loglake.catalog.groups import CommittedOffset, StaleGroupError
+from loglake.catalog.groups import (
+    CommittedOffset,
+    GroupStore,
+    PendingTxnOffsets,
+    StaleGroupError,
+)
 from loglake.catalog.zookeeper import CatalogClosedError
 from loglake.config import BrokerConfig
 from loglake.errors import LoglakeError
@@ -53,6 +64,9 @@ TICK_S = 0.1
 MIN_SESSION_TIMEOUT_MS = 6000
 MAX_SESSION_TIMEOUT_MS = 1800000
 OFFSET_METADATA_MAX_BYTES = 4096
+TXN_OFFSET_WRITE_ATTEMPTS = 5
+"""Version-checked writes of one group's pending or completed transactional offsets before
+the request fails retriably (each lost race means another write to the same znodes landed)."""
 
 
 class GroupError(LoglakeError):
@@ -83,6 +97,10 @@ class GroupCoordinator:
         self.store = zk.catalog.group_store()
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        self.pending: dict[str, dict[int, PendingTxnOffsets]] = {}
+        """Pending transactional offsets of the owned groups, by producer id (the durable
+        copy: ZooKeeper, txn_offsets.py)."""
+        self._offset_locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Future[Group]] = {}
         self._persist_locks: dict[str, asyncio.Lock] = {}
         self._initial_delay_until: dict[str, float] = {}
@@ -125,6 +143,7 @@ class GroupCoordinator:
                              f"Group {group_id} is still owned by its previous coordinator.")
         stored = await self.zk.call(self.store.load_state, group_id)
         offsets = await self.zk.call(self.store.fetch, group_id)
+        pending = await self.zk.call(self.store.pending_of_group, group_id)
         if stored is None:
             group = Group(group_id, empty_since_ms=int(time.time() * 1000))
         else:
@@ -136,6 +155,7 @@ class GroupCoordinator:
                 group.rebalance_deadline = now + group.max_rebalance_timeout_ms() / 1000
         self.groups[group_id] = group
         self.offsets[group_id] = offsets
+        self.pending[group_id] = pending
         log.info("coordinating group %s (generation %d, %d members)", group_id,
                  group.generation, len(group.members))
         return group
@@ -143,6 +163,7 @@ class GroupCoordinator:
     async def _release(self, group_id: str) -> None:
         group = self.groups.pop(group_id, None)
         self.offsets.pop(group_id, None)
+        self.pending.pop(group_id, None)
         if group is not None:
             for member in group.members.values():
                 _fail(member, GroupError(ErrorCode.not_coordinator,
@@ -452,6 +473,23 @@ class GroupCoordinator:
             if group.state is GroupState.COMPLETING_REBALANCE:
                 raise GroupError(ErrorCode.rebalance_in_progress, "The group is rebalancing.")
             member.deadline = self._now() + member.session_timeout_ms / 1000
+        errors, accepted = self._accept_offsets(offsets)
+        if accepted:
+            async with self._offset_lock(group_id):
+                await self.zk.call(self.store.commit, group_id, accepted)
+                self.offsets.setdefault(group_id, {}).update(accepted)
+        return errors
+
+    def _offset_lock(self, group_id: str) -> asyncio.Lock:
+        """Serialises a group's offset writes with their cache updates, so the cache ends in
+        the order ZooKeeper applied them (plain commits, TxnOffsetCommit, completions)."""
+        return self._offset_locks.setdefault(group_id, asyncio.Lock())
+
+    def _accept_offsets(
+        self, offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
+    ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], CommittedOffset]]:
+        """Per-partition checks shared by OffsetCommit and TxnOffsetCommit: unknown topic or
+        partition, metadata too large; returns (errors, accepted offsets)."""
         errors: dict[tuple[str, int], ErrorCode] = {}
         accepted: dict[tuple[str, int], CommittedOffset] = {}
         now_ms = int(time.time() * 1000)
@@ -465,10 +503,92 @@ class GroupCoordinator:
                 accepted[(topic, partition)] = CommittedOffset(offset, epoch, metadata or "",
                                                                now_ms)
                 errors[(topic, partition)] = ErrorCode.none
-        if accepted:
-            await self.zk.call(self.store.commit, group_id, accepted)
-            self.offsets.setdefault(group_id, {}).update(accepted)
+        return errors, accepted
+
+    # ------------------------------------------------------------------ transactional offsets
+    async def txn_commit(
+        self, group_id: str, *, producer_id: int, producer_epoch: int, generation: int,
+        member_id: str, instance_id: str | None,
+        offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit: validate as Kafka's GroupCoordinator.handleTxnOffsetCommit and
+        store the accepted offsets as the producer's pending offsets for the group (durable
+        before this returns); they become committed at the transaction's commit marker
+        (:meth:`complete_transaction`)."""
+        group = await self._owned(group_id)
+        if group.state is GroupState.DEAD:
+            raise GroupError(ErrorCode.coordinator_not_available, "The group is being deleted.")
+        if generation < 0 and group.state is GroupState.EMPTY:
+            pass  # a producer outside the group protocol, or an empty group (Kafka's rule)
+        elif generation >= 0 or member_id or instance_id is not None:
+            self._check_txn_member(group, member_id, instance_id, generation)
+        errors, accepted = self._accept_offsets(offsets)
+        if not accepted:
+            return errors
+        async with self._offset_lock(group_id):
+            pending = await self.zk.call(_write_pending, self.store, group_id, producer_id,
+                                         producer_epoch, accepted)
+            if self.groups.get(group_id) is group:
+                self.pending.setdefault(group_id, {})[producer_id] = pending
         return errors
+
+    def _check_txn_member(self, group: Group, member_id: str, instance_id: str | None,
+                          generation: int) -> None:
+        """KIP-447's checks (Kafka's validateCurrentMember, then the generation)."""
+        if instance_id is not None:
+            owner = group.static.get(instance_id)
+            if owner is None:
+                raise GroupError(ErrorCode.unknown_member_id,
+                                 f"Instance {instance_id} is not in group {group.group_id}.")
+            if owner != member_id:
+                raise GroupError(ErrorCode.fenced_instance_id,
+                                 f"Instance {instance_id} belongs to another member id now.")
+        elif member_id not in group.members:
+            raise GroupError(ErrorCode.unknown_member_id,
+                             f"Member {member_id} is not in group {group.group_id}.")
+        if generation != group.generation:
+            raise GroupError(ErrorCode.illegal_generation,
+                             f"Generation {generation} is not the group's current "
+                             f"{group.generation}.")
+
+    async def complete_transaction(self, producer_id: int, producer_epoch: int,
+                                   offsets_partition: int, commit: bool) -> None:
+        """A transaction marker for ``__consumer_offsets`` partition ``offsets_partition``:
+        commit (or drop) ``producer_id``'s pending offsets of every group this broker
+        coordinates whose :func:`offsets_partition_for` is that partition. Groups coordinated
+        elsewhere are left to their coordinators (the marker sender addresses each group's
+        coordinator); NOT_COORDINATOR when such groups have pending offsets and none of them is
+        ours. Idempotent: a re-sent marker finds nothing left and succeeds. A marker older than
+        the pending offsets' epoch leaves them alone."""
+        if not self.zk.healthy():
+            raise GroupError(ErrorCode.coordinator_not_available,
+                             "This broker has no live ZooKeeper session.")
+        groups = [g for g in await self.zk.call(self.store.pending_groups, producer_id)
+                  if offsets_partition_for(g) == offsets_partition]
+        mine = [g for g in groups if self.coordinator_for(g) == self.me]
+        if groups and not mine:
+            raise GroupError(ErrorCode.not_coordinator,
+                             f"Broker {self.me} coordinates none of the groups with pending "
+                             f"offsets of producer {producer_id} in partition "
+                             f"{offsets_partition}.")
+        for group_id in mine:
+            group = await self._owned(group_id)
+            async with self._offset_lock(group_id):
+                applied = await self.zk.call(_complete_pending, self.store, group_id,
+                                             producer_id, producer_epoch, commit)
+                if self.groups.get(group_id) is not group or applied is None:
+                    continue
+                self.pending.get(group_id, {}).pop(producer_id, None)
+                self.offsets.setdefault(group_id, {}).update(applied)
+            log.info("group %s: %s transactional offsets of producer %d (%d applied)",
+                     group_id, "committed" if commit else "aborted", producer_id, len(applied))
+
+    async def unstable_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of the group with pending transactional offsets (OffsetFetch's
+        ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for them)."""
+        await self._owned(group_id)
+        return {key for pending in self.pending.get(group_id, {}).values()
+                for key in pending.offsets}
 
     async def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         await self._owned(group_id)
@@ -538,6 +658,7 @@ class GroupCoordinator:
             raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} does not exist.")
         group.state = GroupState.DEAD
         await self.zk.call(self.store.delete_group, group_id)
+        await self.zk.call(self.store.delete_pending_of_group, group_id)
         await self._release(group_id)
 
     # ------------------------------------------------------------------ timers
@@ -613,12 +734,58 @@ class GroupCoordinator:
                 continue
             last_activity = max([group.empty_since_ms, *(o.commit_time_ms for o in
                                                          offsets.values())])
-            if now_ms - last_activity > retention_ms:
-                log.info("group %s: offsets expired (empty for %d min)", group.group_id,
-                         (now_ms - last_activity) // 60_000)
-                await self.zk.call(self.store.delete_group, group.group_id)
-                self.offsets[group.group_id] = {}
-                group.zk_version = -1
+            if now_ms - last_activity <= retention_ms:
+                continue
+            log.info("group %s: offsets expired (empty for %d min)", group.group_id,
+                     (now_ms - last_activity) // 60_000)
+            pending = {key for p in self.pending.get(group.group_id, {}).values()
+                       for key in p.offsets}
+            if pending:  # Kafka keeps offsets with a transaction pending, and the group
+                expired = [key for key in offsets if key not in pending]
+                await self.zk.call(self.store.delete_offsets, group.group_id, expired)
+                for key in expired:
+                    offsets.pop(key, None)
+                continue
+            await self.zk.call(self.store.delete_group, group.group_id)
+            self.offsets[group.group_id] = {}
+            group.zk_version = -1
+
+
+def _write_pending(store: GroupStore, group_id: str, producer_id: int, producer_epoch: int,
+                   offsets: Mapping[tuple[str, int], CommittedOffset]) -> PendingTxnOffsets:
+    """Merge ``offsets`` into the producer's pending znode of the group (version-checked
+    read-modify-write; runs on the zk executor)."""
+    for _ in range(TXN_OFFSET_WRITE_ATTEMPTS):
+        existing = store.read_pending(producer_id, group_id)
+        merged = merge_pending(existing, producer_id, producer_epoch, offsets)
+        if store.write_pending(group_id, merged):
+            return merged
+    raise GroupError(ErrorCode.coordinator_not_available,
+                     f"Pending offsets of producer {producer_id} in group {group_id} kept "
+                     "changing; retry.")
+
+
+def _complete_pending(store: GroupStore, group_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> dict[tuple[str, int], CommittedOffset] | None:
+    """End the producer's pending offsets of the group (runs on the zk executor): the offsets
+    that became committed (none for an abort, or when nothing was pending: a re-sent marker),
+    or None for a marker older than their epoch (they stay)."""
+    for _ in range(TXN_OFFSET_WRITE_ATTEMPTS):
+        pending = store.read_pending(producer_id, group_id)
+        if pending is None:
+            return {}
+        if not marker_applies(pending, producer_epoch):
+            log.info("group %s: marker epoch %d of producer %d is older than its pending "
+                     "offsets' epoch %d; left alone", group_id, producer_epoch, producer_id,
+                     pending.producer_epoch)
+            return None
+        committed = (store.committed_orders(group_id, pending.offsets) if commit else {})
+        plan = plan_completion(pending, commit=commit, committed=committed)
+        if store.finish_pending(producer_id, group_id, pending.version, plan.apply):
+            return {key: offset for key, (offset, _) in plan.apply.items()}
+    raise GroupError(ErrorCode.coordinator_not_available,
+                     f"Offsets of group {group_id} kept changing while producer {producer_id}'s "
+                     "transaction ended; retry.")
 
 
 def _fail(member: Member, error: GroupError, *, join: bool = True) -> None:

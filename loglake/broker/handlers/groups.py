@@ -1,8 +1,12 @@
 """FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
-ListGroups, DescribeGroups, DeleteGroups, OffsetDelete: wire shapes around the coordinator.
+ListGroups, DescribeGroups, DeleteGroups, OffsetDelete, TxnOffsetCommit: wire shapes around the
+coordinator.
 
 Each handler maps :class:`GroupError` (and other LoglakeErrors) to the response's error code at
-the level the protocol has one (per response, per group, per partition).
+the level the protocol has one (per response, per group, per partition). OffsetFetch with
+``require_stable`` (v7+) answers UNSTABLE_OFFSET_COMMIT (offset -1) for a partition with pending
+transactional offsets, per partition in every version, as Kafka's coordinator does; the client
+retries until the transaction ends.
 """
 
 from __future__ import annotations
@@ -155,21 +159,52 @@ async def offset_commit(services: BrokerServices, frame: RequestFrame) -> Any:
         "topics": [{"name": t, "partitions": p} for t, p in topics.items()]})
 
 
+async def txn_offset_commit(services: BrokerServices, frame: RequestFrame) -> Any:
+    request = frame.body
+    offsets = {
+        (topic.name, p.partition_index): (p.committed_offset,
+                                          getattr(p, "committed_leader_epoch", -1),
+                                          p.committed_metadata)
+        for topic in request.topics for p in topic.partitions
+    }
+    try:
+        errors = await services.groups.txn_commit(
+            request.group_id, producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+            generation=getattr(request, "generation_id", -1),
+            member_id=getattr(request, "member_id", ""),
+            instance_id=getattr(request, "group_instance_id", None), offsets=offsets,
+        )
+    except LoglakeError as exc:
+        errors = dict.fromkeys(offsets, exc.code)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), error in errors.items():
+        topics.setdefault(topic, []).append({"partition_index": partition, "error_code": error})
+    return build(response_class(28, frame.api_version), {
+        "topics": [{"name": t, "partitions": p} for t, p in topics.items()]})
+
+
 async def offset_fetch(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(9, frame.api_version)
+    stable = bool(getattr(request, "require_stable", False))
     if frame.api_version >= 8:
-        groups = [await _fetch_group(services, g.group_id, g.topics, batched=True)
+        groups = [await _fetch_group(services, g.group_id, g.topics, batched=True,
+                                     require_stable=stable)
                   for g in request.groups]
         return build(cls, {"groups": groups})
-    result = await _fetch_group(services, request.group_id, request.topics, batched=False)
+    result = await _fetch_group(services, request.group_id, request.topics, batched=False,
+                                require_stable=stable)
     return build(cls, result)
 
 
 async def _fetch_group(services: BrokerServices, group_id: str, wanted: Any,
-                       *, batched: bool) -> dict[str, Any]:
+                       *, batched: bool, require_stable: bool) -> dict[str, Any]:
+    unstable: set[tuple[str, int]] = set()
     try:
         committed = await services.groups.committed(group_id)
+        if require_stable:
+            unstable = await services.groups.unstable_partitions(group_id)
         error = ErrorCode.none
     except LoglakeError as exc:
         committed, error = {}, exc.code
@@ -179,6 +214,12 @@ async def _fetch_group(services: BrokerServices, group_id: str, wanted: Any,
         keys = [(t.name, p) for t in wanted for p in t.partition_indexes]
     topics: dict[str, list[dict[str, Any]]] = {}
     for topic, partition in keys:
+        if (topic, partition) in unstable:
+            topics.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": -1,
+                "committed_leader_epoch": -1, "metadata": "",
+                "error_code": ErrorCode.unstable_offset_commit})
+            continue
         offset = committed.get((topic, partition))
         topics.setdefault(topic, []).append({
             "partition_index": partition,
