@@ -83,6 +83,7 @@ API_TABLE: dict[int, Api] = {
         Api(21, "DeleteRecords", 0, 2, partition_admin.delete_records),
         Api(22, "InitProducerId", 0, 5, produce.init_producer_id),
         Api(23, "OffsetForLeaderEpoch", 2, 4, fetch.offset_for_leader_epoch),
+        Api(28, "TxnOffsetCommit", 0, 3, groups.txn_offset_commit),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
         Api(33, "AlterConfigs", 0, 2, cluster_admin.alter_configs),
         Api(35, "DescribeLogDirs", 1, 4, cluster_admin.describe_log_dirs),
