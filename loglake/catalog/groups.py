@@ -14,6 +14,25 @@ Layout under the cluster chroot::
     /consumers/<group>/state                               group metadata (generation, protocol,
                                                            leader, members with assignments)
     /consumers/<group>/owner                               ephemeral: the coordinating broker's id
+    /loglake/txn_offsets/<producer_id>/<group>             pending TxnOffsetCommit offsets of a
+                                                           producer's open transaction:
+                                                           {"version":1,"producer_epoch",
+                                                           "offsets":[{"topic","partition",
+                                                           "offset","leader_epoch","metadata",
+                                                           "commit_time_ms","order"}]}
+
+Transactional offsets (broker/groups/txn_offsets.py has the rules): a TxnOffsetCommit writes the
+producer's pending znode for the group (version-checked read-modify-write); indexing by producer
+id lets the coordinator that receives the transaction's marker find them without having loaded
+the group. ``order`` is the zxid of the write that last set that partition's entry (``null``:
+the znode's own mzxid, i.e. the write that stored it). A commit marker turns them into committed
+offsets in one multi-op transaction: per partition whose committed offset is older (its order:
+the metadata's ``order`` field, present only on offsets a transaction committed, while that
+metadata describes the offset znode and is not older than it; otherwise the offset znode's
+mzxid) the offset and metadata znodes, conditioned on the offset znode's version read, and the
+pending znode's deletion at its version read; a lost race re-reads and decides again. An abort
+deletes the pending znode. The empty ``<producer_id>`` parent is removed afterwards (a
+concurrent writer that finds it gone retries).
 
 Writes: an OffsetCommit request becomes exactly one ZooKeeper multi-op transaction that sets
 both znodes of every partition (all of its partitions or none), so a crash never separates an

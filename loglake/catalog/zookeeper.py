@@ -21,6 +21,8 @@ Layout (JSON values, as Kafka writes them)::
     /consumers/<group>/offsets/<topic>/<p>           committed offset, plain decimal (Kafka's
                                                       form); metadata in offsets_meta/ beside
                                                       it (catalog/groups.py)
+    /loglake/txn_offsets/<producer_id>/<group>       pending transactional offsets
+                                                      (catalog/groups.py)
     /loglake/storage                                 {"url", "options"}: where the Delta tables
                                                       live (options without secrets)
     /loglake/tiering/<topic>/<p>                     {"tiered_end","tier_start","lag_offsets",

@@ -16,6 +16,12 @@ metadata (generation, protocol, leader, members with their assignments and stati
 is persisted with version checks whenever a rebalance completes or membership changes, and the
 next coordinator loads it, so members keep heartbeating in the same generation after a
 coordinator move: no rebalance (this is what lets static members ride out rolling bounces).
+Pending transactional offsets (TxnOffsetCommit) live in ZooKeeper too, indexed by producer id
+(``/loglake/txn_offsets/<producer_id>/<group>``, txn_offsets.py); the coordinator mirrors those
+of its groups in memory (loaded with the group) and :meth:`GroupCoordinator.complete_transaction`
+reads ZooKeeper, so a coordinator that just took a group over ends its open transactions.
+A group's offset writes (plain commits, TxnOffsetCommit, completions) are serialised per group
+so the in-memory cache follows the order ZooKeeper applied them in.
 
 **Timers** (one task, ``TICK_S``): session expiry (members not awaiting a join/sync response),
 the join phase deadline (max rebalance timeout, or ``group.initial.rebalance.delay.ms`` for a
