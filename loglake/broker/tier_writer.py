@@ -1,9 +1,25 @@
 """The tierer: sealed segments of led partitions into the topic's Delta table, and its progress.
 
 For every partition this broker leads whose topic has ``remote.storage.enable``, each sealed
-segment whose records are all below the high watermark (committed: every ISR member has them,
-so no failover truncates them) is decoded into rows and committed to the topic's Delta table
-(segments/tiered_table.py), oldest first, one commit per segment. Progress is not kept locally:
+segment whose records are all below the last stable offset (LSO: below the high watermark, so
+every ISR member has them and no failover truncates them, and below the first offset of any
+open transaction, so every transaction with a record in the segment has its COMMIT or ABORT
+marker) is decoded into rows and committed to the topic's Delta table
+(segments/tiered_table.py), oldest first, one commit per segment. A sealed segment that reaches
+past the LSO waits whole until the LSO passes its end (as Kafka's RemoteLogManager copies only
+segments below the LSO; an open transaction holds it at most ``transaction.timeout.ms``, after
+which the coordinator aborts it): the tiered end moves by whole segments as before (or to a
+DeleteRecords offset), so the app transaction below, tier reads (which serve only below the
+local log start) and local retention (which deletes only segments wholly below the tiered end)
+need no other rule, and a segment holding an open transaction stays local.
+
+Committed data only: before a segment range ``[begin, end)`` goes to the worker process, the
+partition's aborted transactions overlapping it are taken on the loop
+(``Partition.aborted_transactions``, in memory) and passed along; the worker drops their
+records and every control batch (segments/tier_txn.py). Offsets of the kept rows are
+unchanged, so the dropped ones are a gap; a range left with no row still moves the tiered end
+(a commit with no file). Each commit counts what it dropped in its metadata
+(``loglake.aborted_records``, ``loglake.markers``). Progress is not kept locally:
 ``tiered_end`` (one past the last tiered offset) is the Delta app-transaction version of
 ``<topic>-<partition>``, re-read on every leadership change, so a crash or a new leader resumes
 exactly where the table says. Steps and what a crash at each leaves::
@@ -212,9 +228,11 @@ class TierWriter:
             segment = _next_sealed(partition, begin)
             if segment is None:
                 break
+            aborted = [(txn.producer_id, txn.first_offset, txn.last_offset)
+                       for txn in partition.aborted_transactions(begin, segment.next_offset)]
             written: SegmentWrite = await self._in_worker(
                 write_segment_file, storage, partition.topic, partition.index,
-                segment.log_path, begin, segment.next_offset)
+                segment.log_path, begin, segment.next_offset, aborted)
             pending = written.pending
             last_offset = segment.next_offset - 1
             crash_point("tier-after-write")
@@ -224,7 +242,7 @@ class TierWriter:
             committed = await writer.call(
                 writer.table.commit, partition.index, [] if pending is None else [pending],
                 last_offset, expected_end=progress.tiered_end,
-                metadata=_quarantine_metadata(written.quarantined))
+                metadata=_commit_metadata(written))
             crash_point("tier-after-commit")
             if committed:
                 self._checkpoint_soon(partition.topic)
@@ -234,9 +252,11 @@ class TierWriter:
                 stored = sum(1 for q in written.quarantined if q.stored)
                 if progress.quarantined is not None:
                     progress.quarantined += stored
-                log.info("%s: tiered offsets [%d, %d] (%d rows, %d quarantined)",
+                log.info("%s: tiered offsets [%d, %d] (%d rows, %d quarantined; left out: "
+                         "%d aborted records, %d markers)",
                          partition.name, begin, last_offset,
-                         0 if pending is None else pending.num_records, stored)
+                         0 if pending is None else pending.num_records, stored,
+                         written.aborted_records, written.markers)
                 _log_quarantined(partition.name, segment, written.quarantined)
             else:
                 progress.tiered_end = await writer.call(writer.table.tiered_end, partition.index)
@@ -325,6 +345,16 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
+def _commit_metadata(written: SegmentWrite) -> dict[str, str] | None:
+    """The commit metadata of a tier commit: quarantined batches, aborted records and markers
+    left out (None: nothing to say)."""
+    metadata = dict(_quarantine_metadata(written.quarantined) or {})
+    if written.aborted_records or written.markers:
+        metadata["loglake.aborted_records"] = str(written.aborted_records)
+        metadata["loglake.markers"] = str(written.markers)
+    return metadata or None
+
+
 def _quarantine_metadata(quarantined: Sequence[Quarantined]) -> dict[str, str] | None:
     """The commit metadata of a tier commit that quarantined batches (None: it did not)."""
     if not quarantined:
@@ -356,11 +386,13 @@ def _refreshed_quarantined(table: TieredTable, partition: int) -> int:
 
 
 def _next_sealed(partition: Partition, begin: int) -> SegmentInfo | None:
-    """The oldest sealed segment holding offsets >= ``begin``, if all of them are committed."""
+    """The oldest sealed segment holding offsets >= ``begin``, if all of them are below the
+    last stable offset (replicated, and no open transaction among them)."""
+    stable = partition.last_stable_offset
     for segment in partition.log.segment_infos():
         if segment.active:
             return None
         if segment.next_offset <= begin:
             continue
-        return segment if segment.next_offset <= partition.high_watermark else None
+        return segment if segment.next_offset <= stable else None
     return None

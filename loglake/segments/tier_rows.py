@@ -16,8 +16,10 @@ Row schema (one row per record; DESIGN.md "Cold tier")::
     producer_id       int64      idempotent/transactional producer id (-1 without)
     producer_epoch    int16
     base_sequence     int32      the batch's base sequence (-1 without)
-    is_control        boolean    not a data record: transaction markers and quarantined rows
-                                 (hidden from Spark's row view and from consumers)
+    is_control        boolean    not a data record: quarantined rows, and transaction markers
+                                 in tables tiered before markers were left out (the tierer
+                                 now drops markers and aborted records, tier_txn.py); hidden
+                                 from Spark's row view and from consumers
     decode_error      string     null for every record; set on a quarantined row (below).
                                  Added after the first release: files written before lack
                                  the column (readers take it as null; :func:`conform_rows`)

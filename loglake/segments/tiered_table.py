@@ -9,6 +9,12 @@ partition's appends. Data files are written by us with pyarrow::
 Each row group holds whole Kafka batches (never a batch split across row groups), so a fetch
 re-encodes batches from one row group at a time.
 
+Committed data only: the tierer writes a segment only once it lies below the partition's last
+stable offset, and :func:`write_segment_file` leaves out the records of aborted transactions
+and every transaction marker (tier_txn.py); their offsets are a gap, as after compaction.
+Tables tiered before that may still hold markers (``is_control`` rows, which every reader
+skips).
+
 Quarantine (tier_quarantine.py, row format in tier_rows.py): bytes of a sealed segment that do
 not decode are committed as quarantined rows (``decode_error`` set, raw bytes in ``value``,
 ``is_control`` true), so tiering moves past them and the table stays contiguous. The column
@@ -73,6 +79,7 @@ from loglake.segments.tier_rows import (
     conform_rows,
     records_only,
 )
+from loglake.segments.tier_txn import AbortedRange, committed_rows
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +132,10 @@ class SegmentWrite:
     """The file to commit; None when the range holds no row (commit the offsets without)."""
     quarantined: tuple[Quarantined, ...]
     """The range's bad batches and unframed byte ranges (empty for a clean segment)."""
+    aborted_records: int = 0
+    """Records of aborted transactions left out (tier_txn.py)."""
+    markers: int = 0
+    """Transaction markers (control records) left out."""
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -443,18 +454,22 @@ def _last_checkpoint_version(storage: Storage, uri: str) -> int:
 
 
 def write_segment_file(storage: Storage, topic: str, partition: int, path: Path, start: int,
-                       end: int) -> SegmentWrite:
+                       end: int, aborted: Sequence[AbortedRange] = ()) -> SegmentWrite:
     """Decode the records in ``[start, end)`` of a sealed segment file (CRC-checked; what does
-    not decode is quarantined, tier_quarantine.py) and write them as one uncommitted Parquet
-    file of the topic's table. (The brokers run this in a worker process.)"""
+    not decode is quarantined, tier_quarantine.py), drop the records of the ``aborted``
+    transactions and every transaction marker (tier_txn.py: the table holds committed data
+    only), and write the rest as one uncommitted Parquet file of the topic's table. (The
+    brokers run this in a worker process.)"""
     data = path.read_bytes()
     parsed = filenames.parse_segment_name(path.name)
     result = segment_rows(data, start_offset=start, end_offset=end,
                           base_offset=parsed[0] if parsed is not None else 0, next_offset=end,
                           fallback_timestamp_ms=int(path.stat().st_mtime * 1000))
-    pending = (TieredTable(storage, topic).write_file(partition, result.rows)
-               if result.rows.num_rows else None)
-    return SegmentWrite(pending, result.quarantined)
+    committed = committed_rows(result.rows, aborted)
+    rows = committed.rows
+    pending = TieredTable(storage, topic).write_file(partition, rows) if rows.num_rows else None
+    return SegmentWrite(pending, result.quarantined, committed.aborted_records,
+                        committed.markers)
 
 
 def _row_groups(batch_offsets: pa.ChunkedArray) -> Iterator[tuple[int, int]]:

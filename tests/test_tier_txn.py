@@ -1,0 +1,138 @@
+"""Committed rows only (segments/tier_txn.py, tiered_table.write_segment_file): aborted records
+and transaction markers never become table rows; offsets of the kept rows are intact;
+quarantined rows stay.
+
+In-process: segments are built with records.py's encoder (transactional batches, control
+batches with COMMIT / ABORT records as Kafka writes them); the table is a local Delta table.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pyarrow as pa
+
+from loglake.segments import filenames
+from loglake.segments.records import Record, encode_batch
+from loglake.segments.storage import Storage
+from loglake.segments.tier_quarantine import segment_rows
+from loglake.segments.tier_rows import batches_to_rows, rows_to_batches
+from loglake.segments.tier_txn import committed_rows
+from loglake.segments.tiered_table import TieredTable, write_segment_file
+
+TS = 1_700_000_000_000
+PLAIN, COMMITTED, ABORTED = 7, 8, 9  # producer ids
+
+
+def data(base: int, count: int, producer_id: int, *, txn: bool = True,
+         tag: str = "") -> bytes:
+    records = [Record(base + i, TS + base + i, b"k%d" % ((base + i) % 3),
+                      f"{tag or producer_id}-{base + i}".encode()) for i in range(count)]
+    return encode_batch(records, producer_id=producer_id, producer_epoch=0,
+                        base_sequence=base, is_transactional=txn)
+
+
+def marker(offset: int, producer_id: int, *, commit: bool) -> bytes:
+    key = struct.pack(">hh", 0, 1 if commit else 0)
+    value = struct.pack(">hi", 0, 5)
+    return encode_batch([Record(offset, TS + offset, key, value)], producer_id=producer_id,
+                        producer_epoch=0, is_transactional=True, is_control=True)
+
+
+def mixed_segment() -> tuple[bytes, list[tuple[int, int, int]], list[int]]:
+    """A segment with a plain batch, a committed and an aborted transaction interleaved, their
+    markers, and a second (committed) transaction of the aborted producer: the bytes, the
+    aborted ranges (as the partition answers them) and the offsets that must stay."""
+    parts = [
+        data(0, 3, PLAIN, txn=False),        # 0-2 kept
+        data(3, 2, COMMITTED),               # 3-4 kept
+        data(5, 3, ABORTED),                 # 5-7 aborted
+        data(8, 2, PLAIN, txn=False),        # 8-9 kept (not transactional)
+        data(10, 2, ABORTED),                # 10-11 aborted
+        marker(12, COMMITTED, commit=True),  # 12 marker
+        marker(13, ABORTED, commit=False),   # 13 marker (last offset of the aborted txn)
+        data(14, 2, ABORTED),                # 14-15 kept: the producer's next txn commits
+        marker(16, ABORTED, commit=True),    # 16 marker
+        data(17, 1, PLAIN, txn=False),       # 17 kept
+    ]
+    return b"".join(parts), [(ABORTED, 5, 13)], [0, 1, 2, 3, 4, 8, 9, 14, 15, 17]
+
+
+def test_aborted_records_and_markers_are_dropped_offsets_intact() -> None:
+    segment, aborted, kept = mixed_segment()
+    rows = batches_to_rows(segment)
+    result = committed_rows(rows, aborted)
+    assert result.rows.column("offset").to_pylist() == kept
+    assert (result.aborted_records, result.markers) == (5, 3)
+    assert not any(result.rows.column("is_control").to_pylist())
+    values = result.rows.column("value").to_pylist()
+    assert values[5] == b"7-8" and values[8] == b"9-15"
+    # the kept rows re-encode to their original batches (base and last offsets, producer)
+    rebuilt = batches_to_rows(b"".join(rows_to_batches(result.rows)))
+    assert rebuilt.equals(result.rows)
+
+
+def test_without_aborted_transactions_only_markers_go() -> None:
+    segment, _, _ = mixed_segment()
+    result = committed_rows(batches_to_rows(segment), [])
+    assert result.rows.column("offset").to_pylist() == [
+        o for o in range(18) if o not in (12, 13, 16)]
+    assert (result.aborted_records, result.markers) == (0, 3)
+
+
+def test_aborted_ranges_apply_per_producer_and_per_range() -> None:
+    segment, _, _ = mixed_segment()
+    rows = batches_to_rows(segment)
+    # another producer's aborted range over the same offsets drops nothing of these producers
+    assert committed_rows(rows, [(12345, 0, 17)]).aborted_records == 0
+    # a range ending before the batch does not reach it; two ranges of one producer both count
+    two = committed_rows(rows, [(ABORTED, 5, 7), (ABORTED, 14, 16)])
+    assert [o for o in range(18) if o not in two.rows.column("offset").to_pylist()] == [
+        5, 6, 7, 12, 13, 14, 15, 16]
+
+
+def test_a_range_cut_mid_transaction_still_drops_its_records() -> None:
+    segment, aborted, kept = mixed_segment()
+    rows = batches_to_rows(segment, start_offset=6, end_offset=15)
+    result = committed_rows(rows, aborted)
+    assert result.rows.column("offset").to_pylist() == [o for o in kept if 6 <= o < 15]
+
+
+def test_quarantined_rows_stay_even_with_transactional_attributes() -> None:
+    segment, aborted, _ = mixed_segment()
+    damaged = bytearray(segment)
+    # flip a payload byte of the aborted batch at offsets 5-7: it fails its CRC
+    position = len(data(0, 3, PLAIN, txn=False)) + len(data(3, 2, COMMITTED))
+    damaged[position + 70] ^= 0xFF
+    rows = segment_rows(bytes(damaged)).rows
+    result = committed_rows(rows, aborted)
+    quarantined = [r for r in result.rows.to_pylist() if r["decode_error"] is not None]
+    assert [(r["offset"], r["batch_last_offset"]) for r in quarantined] == [(5, 7)]
+    assert result.rows.column("offset").to_pylist() == [0, 1, 2, 3, 4, 5, 8, 9, 14, 15, 17]
+
+
+def test_write_segment_file_writes_committed_rows_and_a_fully_aborted_range_none(
+        tmp_path: Path) -> None:
+    storage = Storage.from_url(str(tmp_path / "tier"))
+    table = TieredTable(storage, "t")
+    table.ensure_created()
+    segment, aborted, kept = mixed_segment()
+    path = filenames.log_file(tmp_path, 0)
+    path.write_bytes(segment)
+    written = write_segment_file(storage, "t", 0, path, 0, 18, aborted)
+    assert written.pending is not None
+    assert (written.aborted_records, written.markers) == (5, 3)
+    assert table.commit(0, [written.pending], 17, expected_end=None)
+    assert table.tiered_end(0) == 18
+    offsets = pa.concat_tables([pa.Table.from_batches([b]) for b in table.read_rows(0, 0)])
+    assert offsets.column("offset").to_pylist() == kept
+
+    only_aborted = filenames.log_file(tmp_path, 18)
+    only_aborted.write_bytes(data(18, 4, ABORTED) + marker(22, ABORTED, commit=False))
+    written = write_segment_file(storage, "t", 0, only_aborted, 18, 23, [(ABORTED, 18, 22)])
+    assert written.pending is None and written.aborted_records == 4
+    assert table.commit(0, [], 22, expected_end=18)  # the offsets move on without a file
+    assert table.tiered_end(0) == 23
+    chunk = table.read_chunk(0, 16)
+    assert chunk is not None and chunk.column("offset").to_pylist() == [17]
