@@ -6,6 +6,7 @@ PartitionLog over temporary directories."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from loglake.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from loglake.segments import filenames
 from loglake.segments.batch import parse_batches
 from loglake.segments.records import (
     Record,
@@ -202,4 +204,100 @@ def test_write_txn_marker_needs_leadership(tmp_path: Path) -> None:
     partition = open_partition(tmp_path / "t-0", leader=False)
     with pytest.raises(NotLeaderError):
         partition.write_txn_marker(1, 0, 0, commit=True)
+    partition.close()
+
+
+# ------------------------------------------------------------------ followers, recovery
+
+SMALL_SEGMENTS = dataclasses.replace(TopicConfig(), segment_bytes=1_500)
+
+
+def _workload(partition: Partition, rounds: int) -> None:
+    """Producers 1 (commits), 2 (aborts), 3 (long transactions, some aborted, one left
+    open), plain batches in between; spans several segments with SMALL_SEGMENTS."""
+    producers = {pid: Producer(pid) for pid in (1, 2, 3)}
+    for i in range(rounds):
+        for pid, producer in producers.items():
+            if pid != 3 or i % 4 != 3:
+                partition.append(producer.batch(2))
+        partition.append(batch(1))
+        partition.write_txn_marker(1, 0, 0, commit=True)
+        partition.write_txn_marker(2, 0, 0, commit=False)
+        if i % 4 == 2:
+            partition.write_txn_marker(3, 0, 0, commit=i % 8 == 2)
+
+
+def _state(partition: Partition) -> tuple[object, ...]:
+    return (partition.last_stable_offset,
+            partition.aborted_transactions(0, partition.log.log_end_offset),
+            partition.producer_summaries(), partition.producers.open_transactions())
+
+
+def test_follower_replay_gives_the_same_lso_and_aborted_list(tmp_path: Path) -> None:
+    leader = open_partition(tmp_path / "leader" / "t-0", config=SMALL_SEGMENTS)
+    follower = open_partition(tmp_path / "follower" / "t-0", leader=False, broker_id=2,
+                              config=SMALL_SEGMENTS)
+    _workload(leader, 10)
+    offset = 0
+    for _ in range(1000):  # bounded: a few hundred bytes per call
+        chunk = leader.read(offset, 700, min_one_batch=True, committed_only=False)
+        if not chunk:
+            break
+        follower.append_as_follower(chunk, leader.high_watermark)
+        offset = follower.log.log_end_offset
+    assert follower.log.log_end_offset == leader.log.log_end_offset
+    assert follower.high_watermark == leader.high_watermark
+    assert _state(follower) == _state(leader)
+    assert leader.producers.open_transactions()  # producer 3 is still open
+    assert leader.last_stable_offset < leader.high_watermark
+    # the follower becomes leader: it knows the open transaction and may close it
+    follower.apply_state(PartitionState(leader=2, leader_epoch=1, isr=(2,), zk_version=1))
+    follower.write_txn_marker(3, 0, 0, commit=False)
+    assert follower.last_stable_offset == follower.high_watermark
+    leader.close()
+    follower.close()
+
+
+def _crash_copy(partition: Partition, target: Path) -> Path:
+    """What a broker crash leaves: the files as they are now (page cache included), without
+    a clean close."""
+    shutil.copytree(partition.log.directory, target)
+    return target
+
+
+def test_restart_after_a_torn_tail_rebuilds_lso_and_aborted_list(tmp_path: Path) -> None:
+    partition = open_partition(tmp_path / "t-0", config=SMALL_SEGMENTS)
+    _workload(partition, 12)
+    partition.log.flush(partition.log.segments[-1])  # sealed segments durable
+    partition.log.write_checkpoints()
+    before = _state(partition)
+    lso_before = partition.last_stable_offset
+    active = partition.log.segments[-1]
+    assert any(e.last_offset >= active for e in partition.aborted_transactions(0, 10**6))
+
+    crashed = _crash_copy(partition, tmp_path / "crash1" / "t-0")
+    filenames.txn_index_file(crashed, active).unlink()  # the crash lost the active index
+    with filenames.log_file(crashed, active).open("ab") as f:
+        f.write(b"\x00" * 30)  # a torn write after the last batch
+    restarted = open_partition(crashed, config=SMALL_SEGMENTS)
+    assert restarted.log.first_recovered_offset == active
+    assert _state(restarted) == before
+    assert filenames.txn_index_file(crashed, active).exists()  # rebuilt
+    restarted.close()
+
+    # a torn write cuts the last ABORT marker: its transaction is open again after restart
+    producer = Producer(50)
+    first = partition.append(producer.batch(2)).base_offset
+    marker = partition.write_txn_marker(50, 0, 0, commit=False)
+    assert partition.aborted_transactions(marker.base_offset, marker.base_offset + 1)
+    crashed = _crash_copy(partition, tmp_path / "crash2" / "t-0")
+    log_path = filenames.log_file(crashed, partition.log.segments[-1])
+    with log_path.open("r+b") as f:
+        f.truncate(log_path.stat().st_size - 20)
+    restarted = open_partition(crashed, config=SMALL_SEGMENTS)
+    assert restarted.log.log_end_offset == marker.base_offset
+    assert (first, 50) in restarted.producers.open_transactions()
+    assert restarted.last_stable_offset == min(first, lso_before)
+    assert restarted.aborted_transactions(0, 10**6) == before[1]
+    restarted.close()
     partition.close()

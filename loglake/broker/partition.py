@@ -32,7 +32,8 @@ Invariants:
   :meth:`Partition.aborted_transactions` answers from memory.
 * Producer-state snapshots (segments/producer_snapshot.py): written as of the new segment's
   base offset when a segment rolls and as of the log end at :meth:`Partition.close`; the two
-  newest are kept; those above a truncation point are deleted. At open and after a truncation
+  newest are kept, plus the newest at or below the active segment's base (an unclean open
+  replays from there); those above a truncation point are deleted. At open and after a truncation
   the table is the newest readable snapshot at or below the log end (and, after an unclean
   stop, at or below the first segment recovery re-validated) plus a replay of the batch
   headers after it; the replay also re-adds transaction-index entries that the crash lost.
@@ -70,7 +71,7 @@ from loglake.segments.txn_index import AbortedTxn
 
 # a follower only rejoins the ISR on the strength of a recent fetch (Kafka expands on fetch)
 FRESH_FETCH_MS = 2000
-SNAPSHOTS_KEPT = 2  # producer-state snapshots kept per partition (Kafka keeps more; 2 suffice)
+SNAPSHOTS_KEPT = 2  # newest producer-state snapshots kept (plus one at the active base)
 
 
 class Role(enum.Enum):
@@ -153,9 +154,11 @@ class Partition:
     @property
     def last_stable_offset(self) -> int:
         """The high watermark, or the first offset of a transaction not yet decided (or
-        decided by a marker not yet below the high watermark) when that is lower."""
+        decided by a marker not yet below the high watermark) when that is lower; never
+        below the log start offset (DeleteRecords may cut into an open transaction)."""
         first = self.producers.first_unstable_offset(self._hw)
-        return self._hw if first is None else min(first, self._hw)
+        lso = self._hw if first is None else min(first, self._hw)
+        return max(lso, min(self.log.log_start_offset, self._hw))
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, end_offset), oldest first (from the
@@ -472,10 +475,13 @@ class Partition:
 
     def _snapshot_producer_state(self, offset: int) -> None:
         """Write the producer state as of ``offset`` (the log end: a roll, a clean close)
-        and keep the newest SNAPSHOTS_KEPT snapshots."""
+        and keep the newest SNAPSHOTS_KEPT snapshots, plus the newest at or below the active
+        segment's base (``offset`` at a roll): what an unclean open needs to rebuild the
+        transaction index of the active segment without a full replay."""
         directory = self.log.directory
         producer_snapshot.write(directory, offset, self.producers.to_snapshot())
-        producer_snapshot.retain_newest(directory, SNAPSHOTS_KEPT)
+        producer_snapshot.retain_newest(directory, SNAPSHOTS_KEPT,
+                                        also_at_or_below=min(offset, self.log.segments[-1]))
 
     # ------------------------------------------------------------------ reads and waits
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,

@@ -156,7 +156,15 @@ def delete_above(directory: Path, offset: int) -> None:
             filenames.snapshot_file(directory, found).unlink(missing_ok=True)
 
 
-def retain_newest(directory: Path, keep: int = 2) -> None:
-    """Delete all but the ``keep`` newest snapshots."""
-    for found in offsets(directory)[:-keep] if keep > 0 else offsets(directory):
-        filenames.snapshot_file(directory, found).unlink(missing_ok=True)
+def retain_newest(directory: Path, keep: int = 2, *, also_at_or_below: int | None = None) -> None:
+    """Delete all but the ``keep`` newest snapshots and, when ``also_at_or_below`` is given,
+    the newest one at or below that offset."""
+    found = offsets(directory)
+    kept = set(found[-keep:]) if keep > 0 else set()
+    if also_at_or_below is not None:
+        below = [offset for offset in found if offset <= also_at_or_below]
+        if below:
+            kept.add(below[-1])
+    for offset in found:
+        if offset not in kept:
+            filenames.snapshot_file(directory, offset).unlink(missing_ok=True)
