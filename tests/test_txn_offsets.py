@@ -26,6 +26,7 @@ from loglake.broker.groups.coordinator import GroupCoordinator, GroupError, coor
 from loglake.broker.groups.group import GroupState, Member
 from loglake.broker.groups.txn_offsets import (
     OFFSETS_PARTITIONS,
+    OFFSETS_TOPIC,
     java_string_hash,
     merge_pending,
     offsets_partition_for,
@@ -41,8 +42,11 @@ from loglake.catalog.groups import (
     txn_offsets_path,
 )
 from loglake.catalog.zookeeper import BrokerInfo, ClusterCatalog, TopicMetadata
+from loglake.client._wire import request
 from loglake.config import BrokerConfig
+from loglake.dev.harness import DevCluster
 from loglake.errors import InvalidProducerEpochError
+from tests.admin_util import create_topic
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -369,3 +373,77 @@ def test_a_new_coordinator_finds_pending_offsets_in_zookeeper(zk_connect: str,
     finally:
         first.close()
         second.close()
+
+
+# -- a live broker, raw requests ------------------------------------------------------------------
+
+LIVE_PID = 880_001
+
+
+def _send(cluster: DevCluster, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    return request(host, int(port), api_key, version, body, timeout=30,
+                   client_id="test-txn-offsets", operation=f"api {api_key} v{version}")
+
+
+def _txn_offset_commit(cluster: DevCluster, group: str, topic: str, offset: int) -> list[Any]:
+    response = _send(cluster, 28, 3, {
+        "transactional_id": "tx-live", "group_id": group, "producer_id": LIVE_PID,
+        "producer_epoch": 0, "generation_id": -1, "member_id": "", "group_instance_id": None,
+        "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+             "committed_metadata": "txn"}]}]})
+    return [p.error_code for t in response.topics for p in t.partitions]
+
+
+def _fetch(cluster: DevCluster, group: str, topic: str, *, version: int,
+           stable: bool) -> tuple[int, ErrorCode]:
+    """(offset, partition error) of partition 0, OffsetFetch v7 or v8."""
+    wanted = [{"name": topic, "partition_indexes": [0]}]
+    if version >= 8:
+        response = _send(cluster, 9, version, {"groups": [{"group_id": group, "topics": wanted}],
+                                               "require_stable": stable})
+        (answer,) = response.groups
+        assert answer.error_code is ErrorCode.none
+    else:
+        answer = _send(cluster, 9, version, {"group_id": group, "topics": wanted,
+                                             "require_stable": stable})
+        assert answer.error_code is ErrorCode.none
+    (partition,) = [p for t in answer.topics for p in t.partitions]
+    return partition.committed_offset, partition.error_code
+
+
+def _marker(cluster: DevCluster, group: str, *, commit: bool) -> ErrorCode:
+    response = _send(cluster, 27, 1, {"markers": [{
+        "producer_id": LIVE_PID, "producer_epoch": 0, "transaction_result": commit,
+        "coordinator_epoch": 0, "topics": [{"name": OFFSETS_TOPIC,
+                                            "partition_indexes": [offsets_partition_for(group)]}],
+    }]})
+    (code,) = [p.error_code for m in response.markers for t in m.topics for p in t.partitions]
+    return code
+
+
+def test_live_txn_offsets_are_pending_until_the_commit_marker(cluster: DevCluster,
+                                                              topic_name: str) -> None:
+    create_topic(cluster.bootstrap_servers, topic_name)
+    group = f"g-live-{uuid.uuid4().hex[:8]}"
+    plain = _send(cluster, 8, 8, {"group_id": group, "generation_id_or_member_epoch": -1,
+                                  "member_id": "", "topics": [{"name": topic_name, "partitions": [
+                                      {"partition_index": 0, "committed_offset": 3}]}]})
+    assert plain.topics[0].partitions[0].error_code is ErrorCode.none
+
+    assert _txn_offset_commit(cluster, group, topic_name, 10) == [ErrorCode.none]
+    for version in (7, 8):
+        assert _fetch(cluster, group, topic_name, version=version, stable=False) == (
+            3, ErrorCode.none)
+        assert _fetch(cluster, group, topic_name, version=version, stable=True) == (
+            -1, ErrorCode.unstable_offset_commit)
+
+    assert _marker(cluster, group, commit=True) is ErrorCode.none
+    assert _fetch(cluster, group, topic_name, version=7, stable=True) == (10, ErrorCode.none)
+    assert _marker(cluster, group, commit=True) is ErrorCode.none  # re-sent: idempotent
+
+    # the next transaction aborts: its offset vanishes, the committed one stays
+    assert _txn_offset_commit(cluster, group, topic_name, 20) == [ErrorCode.none]
+    assert _marker(cluster, group, commit=False) is ErrorCode.none
+    assert _fetch(cluster, group, topic_name, version=8, stable=True) == (10, ErrorCode.none)

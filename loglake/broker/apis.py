@@ -16,6 +16,9 @@ Where we differ from Kafka 4.0, and why:
 * Fetch stops at v12 (Kafka 4.0: 4-17): v13 replaces topic names by topic ids in requests and
   responses (with UNKNOWN_TOPIC_ID/INCONSISTENT_TOPIC_ID rules), v15 moves the replica id into
   ReplicaState (KIP-903), v16 adds KIP-951's leader hints, v17 the replica directory id.
+* TxnOffsetCommit stops at v3 (Kafka 4.0: 0-5): v4 belongs to transaction version 2 (KIP-890
+  part 2: the coordinator adds the group to the transaction itself, no AddOffsetsToTxn), v5
+  adds the TRANSACTION_ABORTABLE answer; clients negotiate v3 and send AddOffsetsToTxn first.
 * The other rows equal Kafka 4.0's, for the APIs this broker has (Produce v10+ with KIP-951
   leader hints: handlers/leader_hints.py). DescribeConfigs v0 and DescribeLogDirs v0, which
   Kafka 4.0 removed, are not served, but their senders get a v0 response carrying

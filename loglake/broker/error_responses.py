@@ -206,6 +206,7 @@ ERROR_BODIES: dict[int, ErrorBody] = {
     20: _delete_topics,
     22: _init_producer_id,
     23: _offset_for_leader_epoch,
+    28: _offset_commit,  # TxnOffsetCommit: the same request and response shapes
     32: _describe_configs,
     33: _alter_configs,
     35: _describe_log_dirs,
