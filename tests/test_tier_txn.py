@@ -9,11 +9,18 @@ batches with COMMIT / ABORT records as Kafka writes them); the table is a local 
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import pyarrow as pa
 
+from loglake.broker.partition import Partition
+from loglake.broker.tier_reads import committed_local_read
+from loglake.broker.tier_writer import _next_sealed
+from loglake.catalog.zookeeper import PartitionState
+from loglake.config import TopicConfig
 from loglake.segments import filenames
+from loglake.segments.batch import iter_batches
 from loglake.segments.records import Record, encode_batch
 from loglake.segments.storage import Storage
 from loglake.segments.tier_quarantine import segment_rows
@@ -136,3 +143,75 @@ def test_write_segment_file_writes_committed_rows_and_a_fully_aborted_range_none
     assert table.tiered_end(0) == 23
     chunk = table.read_chunk(0, 16)
     assert chunk is not None and chunk.column("offset").to_pylist() == [17]
+
+
+# ------------------------------------------------------------------ on a real partition
+
+
+def open_leader(directory: Path, segment_bytes: int = 300) -> Partition:
+    """A single-replica leader (by default, segments roll every few batches)."""
+    partition = Partition("t", 0, directory, TopicConfig(segment_bytes=segment_bytes),
+                          broker_id=1, replicas=(1,))
+    partition.apply_state(PartitionState(leader=1, leader_epoch=0, isr=(1,), zk_version=0))
+    return partition
+
+
+NOW_MS = int(time.time() * 1000)  # a partition rolls segments whose first record is a week old
+
+
+def plain(count: int, tag: str) -> bytes:
+    return encode_batch([Record(i, NOW_MS + i, None, b"%s-%d" % (tag.encode(), i))
+                         for i in range(count)])
+
+
+class TxnProducer:
+    def __init__(self, pid: int) -> None:
+        self.pid, self.seq = pid, 0
+
+    def batch(self, count: int) -> bytes:
+        records = [Record(i, NOW_MS + i, None, b"%d-%d" % (self.pid, self.seq + i))
+                   for i in range(count)]
+        data = encode_batch(records, producer_id=self.pid, producer_epoch=0,
+                            base_sequence=self.seq, is_transactional=True)
+        self.seq += count
+        return data
+
+
+def test_segments_are_tiered_only_below_the_last_stable_offset(tmp_path: Path) -> None:
+    partition = open_leader(tmp_path / "t-0")
+    try:
+        opened = TxnProducer(1)
+        partition.append(plain(2, "first"))
+        partition.append(opened.batch(2))  # offsets 2-3: an open transaction
+        for _ in range(12):
+            partition.append(plain(2, "later"))
+        sealed = [s for s in partition.log.segment_infos() if not s.active]
+        assert len(sealed) >= 3, "segments must roll for this test"
+        assert partition.high_watermark == 28 and partition.last_stable_offset == 2
+        assert _next_sealed(partition, 0) is None  # the first segment reaches past the LSO
+        partition.write_txn_marker(1, 0, 0, commit=True)
+        assert partition.last_stable_offset == partition.high_watermark
+        first = _next_sealed(partition, 0)
+        assert first is not None and first.base_offset == 0
+    finally:
+        partition.close()
+
+
+def test_a_local_answer_after_the_tier_holds_no_aborted_records(tmp_path: Path) -> None:
+    partition = open_leader(tmp_path / "t-0", segment_bytes=1 << 20)
+    try:
+        aborted, committed = TxnProducer(ABORTED), TxnProducer(COMMITTED)
+        partition.append(aborted.batch(3))    # 0-2 aborted
+        partition.append(committed.batch(2))  # 3-4 committed
+        partition.write_txn_marker(ABORTED, 0, 0, commit=False)  # 5
+        partition.write_txn_marker(COMMITTED, 0, 0, commit=True)  # 6
+        partition.append(aborted.batch(1))    # 7: open, above the LSO
+        assert partition.last_stable_offset == 7
+        answer = committed_local_read(partition, 1 << 20, True)
+        kept = [(h.base_offset, h.is_control) for h in iter_batches(answer)]
+        assert kept == [(3, False), (5, True), (6, True)]
+        # a chunk of nothing but aborted records is read past (its marker ends the run)
+        assert [h.base_offset for h in iter_batches(committed_local_read(
+            partition, 10, True))] == [3]
+    finally:
+        partition.close()

@@ -8,9 +8,27 @@ table's first offset of the partition when that is below the local log start.
 Quarantined rows (bytes the tierer could not decode, segments/tier_quarantine.py) and rows
 compacted away are a gap: a fetch in a gap gets the next batch, as Kafka serves a compacted log;
 a fetch past the table's last batch but at or above its start gets the local log's first
-batches (the table's tail was quarantined). librdkafka stalls without an error on a malformed
-batch and the Java consumer throws until the application seeks, hence a gap, while the table
-keeps the bytes for whoever wants to look (``decode_error IS NOT NULL``).
+batches (the table's tail was quarantined rows, aborted records or markers). librdkafka
+stalls without an error on a malformed batch and the Java consumer throws until the
+application seeks, hence a gap, while the table keeps the bytes for whoever wants to look
+(``decode_error IS NOT NULL``).
+
+Isolation levels: the table holds committed data only (the tierer tiers below the last stable
+offset and leaves out aborted records and transaction markers, broker/tier_writer.py and
+segments/tier_txn.py), so a fetch answered here serves read_uncommitted and read_committed
+consumers alike: committed records only, with no ``aborted_transactions`` (the replica manager
+answers an empty list to read_committed ones: a list naming a transaction whose ABORT marker is
+not in the answer would make the Java consumer and librdkafka skip that producer's later
+committed batches). Offsets may have gaps where aborted records and markers were; consumers
+skip gaps as in a compacted log. The rebuilt batches keep their original attributes, the
+transactional bit included: consumers accept transactional batches that no aborted
+transaction names (read_committed ones deliver them, as Kafka does for committed ones), and
+read_uncommitted ones ignore the bit. A read_uncommitted consumer therefore sees aborted
+records only while they are in local segments (Kafka's remote segments keep them: a deliberate
+difference, the table is for committed data). The one answer taken from the local log here
+(the table's tail is a gap, :meth:`TierReads._after_tier`) follows the same rule: it stops at
+the last stable offset and leaves out the batches of aborted transactions (markers stay, so
+the consumer moves past them).
 
 Freshness: the table is watched for change announcements before anything is cached
 (table_changes.py); an announcement or the periodic reload (every READER_REFRESH_S, in case an
@@ -31,11 +49,15 @@ import pyarrow as pa
 from loglake.broker.partition import Partition
 from loglake.broker.table_changes import TableChangeWatcher
 from loglake.broker.tier_state import READER_REFRESH_S, GuardedTable, TierChunk, TierState
-from loglake.segments.batch import peek_header
+from loglake.segments.batch import iter_batches, peek_header
 from loglake.segments.tier_rows import rows_to_batches
+from loglake.segments.tier_txn import without_aborted_batches
 from loglake.segments.tiered_table import TieredTable
 
 log = logging.getLogger(__name__)
+
+LOCAL_CHUNKS_MAX = 64
+"""Most chunks of aborted records :func:`committed_local_read` skips in one answer."""
 
 
 class TierReads:
@@ -128,14 +150,40 @@ class TierReads:
     async def _after_tier(self, partition: Partition, offset: int, max_bytes: int,
                           min_one_batch: bool) -> bytes | None:
         """A fetch at ``offset`` below the local log start that the table holds no batch at or
-        after: when the table covers ``offset`` (its tail is quarantined rows, a gap to
-        consumers), the answer is the local log's first batches, as a fetch in a gap gets the
-        next batch; else None (out of range)."""
+        after: when the table covers ``offset`` (its tail is quarantined rows, aborted records
+        or markers: a gap to consumers), the answer is the local log's first committed batches
+        (:func:`committed_local_read`), as a fetch in a gap gets the next batch; else None (out
+        of range)."""
         start = await self.tier_start(partition)
         if start is None or offset < start or offset >= partition.log_start_offset:
             return None
-        return partition.read(partition.log_start_offset, max_bytes,
-                              min_one_batch=min_one_batch)
+        return committed_local_read(partition, max_bytes, min_one_batch)
+
+
+def committed_local_read(partition: Partition, max_bytes: int, min_one_batch: bool) -> bytes:
+    """Batches from the local log start below the last stable offset, without those of aborted
+    transactions (markers stay): an answer that needs no ``aborted_transactions`` list, as
+    the table's. Reads on while a whole chunk was aborted records (the aborted transaction's
+    marker, kept, ends such a run); after LOCAL_CHUNKS_MAX such chunks the answer is empty and
+    the consumer asks again (tiering those segments soon answers it from the table)."""
+    position = partition.log_start_offset
+    stable = partition.last_stable_offset
+    for _ in range(LOCAL_CHUNKS_MAX):
+        if position >= stable:
+            return b""
+        data = partition.log.read(position, max_bytes, max_offset=stable,
+                                  min_one_batch=min_one_batch)
+        if not data:
+            return b""
+        headers = list(iter_batches(data, verify_crc=False))
+        end = headers[-1].next_offset
+        aborted = [(t.producer_id, t.first_offset, t.last_offset)
+                   for t in partition.aborted_transactions(position, end)]
+        kept = without_aborted_batches(data, aborted)
+        if kept:
+            return kept
+        position = end
+    return b""
 
     async def offset_for_timestamp(self, partition: Partition,
                                    timestamp_ms: int) -> tuple[int, int] | None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loglake.segments.batch import CONTROL_BIT, TRANSACTIONAL_BIT
+from loglake.segments.batch import CONTROL_BIT, TRANSACTIONAL_BIT, iter_batches
 from loglake.segments.tier_rows import DECODE_ERROR
 
 AbortedRange = tuple[int, int, int]
@@ -81,11 +81,7 @@ def _aborted_mask(rows: pa.Table, aborted: Sequence[AbortedRange],
     there are none."""
     if not aborted:
         return None
-    spans: dict[int, tuple[list[int], list[int]]] = {}
-    for producer_id, first, last in sorted(aborted, key=lambda a: (a[0], a[1])):
-        firsts, lasts = spans.setdefault(int(producer_id), ([], []))
-        firsts.append(int(first))
-        lasts.append(int(last))
+    spans = _spans(aborted)
     producers = _column(rows, "producer_id")
     candidates = pc.and_(candidates, pc.is_in(producers, value_set=pa.array(
         sorted(spans), pa.int64())))
@@ -112,12 +108,40 @@ def _aborted_mask(rows: pa.Table, aborted: Sequence[AbortedRange],
                     value_set=dropped.cast(pa.uint64()))
 
 
+def _spans(aborted: Sequence[AbortedRange]) -> dict[int, tuple[list[int], list[int]]]:
+    """Per producer: the first and last offsets of its aborted transactions, sorted."""
+    spans: dict[int, tuple[list[int], list[int]]] = {}
+    for producer_id, first, last in sorted(aborted, key=lambda a: (a[0], a[1])):
+        firsts, lasts = spans.setdefault(int(producer_id), ([], []))
+        firsts.append(int(first))
+        lasts.append(int(last))
+    return spans
+
+
 def _in_aborted(spans: tuple[list[int], list[int]], offset: int) -> bool:
     """Whether ``offset`` lies in one of a producer's aborted ``spans`` (first offsets and last
     offsets, sorted; a producer's transactions never overlap)."""
     firsts, lasts = spans
     i = bisect.bisect_right(firsts, offset) - 1
     return i >= 0 and offset <= lasts[i]
+
+
+def without_aborted_batches(data: bytes, aborted: Sequence[AbortedRange]) -> bytes:
+    """The back-to-back batches ``data`` (read from a local log) without the batches of the
+    ``aborted`` transactions; control batches stay (a consumer skips them but moves past their
+    offsets, so an answer is never empty while it holds a marker). For answers that carry no
+    aborted-transactions list (tier_reads.py)."""
+    if not aborted:
+        return data
+    spans = _spans(aborted)
+    kept: list[bytes] = []
+    for header in iter_batches(data, verify_crc=False):
+        mine = spans.get(header.producer_id)
+        if (mine is not None and header.is_transactional and not header.is_control
+                and _in_aborted(mine, header.base_offset)):
+            continue
+        kept.append(data[header.position:header.end_position])
+    return b"".join(kept)
 
 
 def _column(rows: pa.Table, name: str) -> pa.Array:
