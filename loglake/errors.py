@@ -104,8 +104,8 @@ class RecordListTooLargeError(LoglakeError):
 
 
 class TransactionalIdAuthorizationError(LoglakeError):
-    """A transactional write without an authorised transactional id (transactions are not
-    supported by this broker)."""
+    """A transactional write without an authorised transactional id (a transactional batch in
+    a Produce request that names none)."""
 
     code = ErrorCode.transactional_id_authorization_failed
 

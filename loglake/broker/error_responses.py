@@ -184,6 +184,26 @@ def _alter_partition_reassignments(request: Any, version: int, error: ErrorCode,
         for topic in request.topics]}
 
 
+def _write_txn_markers(request: Any, version: int, error: ErrorCode,
+                       message: str) -> dict[str, Any]:
+    return {"markers": [
+        {"producer_id": marker.producer_id, "topics": [
+            {"name": topic.name, "partitions": [
+                {"partition_index": index, "error_code": error}
+                for index in topic.partition_indexes]}
+            for topic in marker.topics]}
+        for marker in request.markers]}
+
+
+def _describe_producers(request: Any, version: int, error: ErrorCode,
+                        message: str) -> dict[str, Any]:
+    return {"topics": [
+        {"name": topic.name, "partitions": [
+            {"partition_index": index, "error_code": error, "error_message": message,
+             "active_producers": []} for index in topic.partition_indexes]}
+        for topic in request.topics]}
+
+
 def _top_level(request: Any, version: int, error: ErrorCode, message: str) -> dict[str, Any]:
     return {"error_code": error, "error_message": message}
 
@@ -207,6 +227,7 @@ ERROR_BODIES: dict[int, ErrorBody] = {
     22: _init_producer_id,
     23: _offset_for_leader_epoch,
     28: _offset_commit,  # TxnOffsetCommit: the same request and response shapes
+    27: _write_txn_markers,
     32: _describe_configs,
     33: _alter_configs,
     35: _describe_log_dirs,
@@ -216,6 +237,7 @@ ERROR_BODIES: dict[int, ErrorBody] = {
     46: _top_level,  # ListPartitionReassignments
     47: _offset_delete,
     60: _top_level,  # DescribeCluster
+    61: _describe_producers,
 }
 """API key → builder of its error response body. APIs missing here get no error response."""
 

@@ -9,10 +9,15 @@ a partition only while this broker leads it and holds a valid ZooKeeper lease (`
 a broker cut off from ZooKeeper never acknowledges a write nor serves a read as leader.
 
 Produce (:meth:`ReplicaManager.append_records`, Kafka's ``appendRecords``): acks must be 0, 1 or
--1 (INVALID_REQUIRED_ACKS otherwise); transactional produce is refused (INVALID_REQUEST). Every
-partition's records are validated before anything is appended: the request-level rules
-(segments/validation.py: one batch per partition, magic 2, zstd needs v7, no transactional
-batches) here, the batch and record rules in the log's append. acks=-1 is refused up front with
+-1 (INVALID_REQUIRED_ACKS otherwise). Every partition's records are validated before anything
+is appended: the request-level rules (segments/validation.py: one batch per partition, magic 2,
+zstd needs v7, a transactional batch needs the request's transactional id) here, the batch and
+record rules in the log's append. Transactional batches are appended like any other; the
+partition's producer state (broker/producer_state.py) opens the producer's transaction at its
+first one and answers, as Kafka's log does at every Produce version: INVALID_PRODUCER_EPOCH for a
+fenced epoch (never PRODUCER_FENCED, which only the coordinator APIs answer), INVALID_TXN_STATE
+for a non-transactional batch of a producer whose transaction is open, INVALID_RECORD for a
+control batch (only the broker writes markers). acks=-1 is refused up front with
 NOT_ENOUGH_REPLICAS when the ISR is smaller than ``min.insync.replicas``, otherwise appended and
 answered by a *delayed produce* (broker/delayed_operations.py): once the high watermark passes
 the batch, REQUEST_TIMED_OUT after the request's timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND if
@@ -28,7 +33,14 @@ partition and for the whole response, but the first batch of the first non-empty
 returned whole even if larger. KIP-320: a fetch naming an old leader epoch gets
 FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH; a follower whose last fetched epoch
 diverges from our log gets the diverging epoch and end offset (and no progress is counted).
-Consumers read below the high watermark, followers up to the log end. A follower's fetch
+Consumers read below the high watermark (``isolation_level`` 0, read_uncommitted) or below the
+last stable offset (1, read_committed: Fetch v4+; the LSO is the first offset of the oldest open
+transaction, at most the high watermark), followers up to the log end. Every consumer answer
+carries the partition's LSO; a read_committed one also the aborted transactions
+(``(producer_id, first_offset)``, oldest first) that overlap the returned batches, so the client
+drops their records (Kafka's ``addAbortedTransactions``); read_uncommitted answers none (null on
+the wire). A delayed read_committed fetch wakes when the LSO moves: that is a high-watermark
+move or a marker's append, both of which wake the partition's waiters. A follower's fetch
 position counts (once, on the first pass) as of the request's arrival: a long poll completing
 later must not make a follower that left the ISR meanwhile look freshly caught up.
 
@@ -37,14 +49,29 @@ table (the tier re-encodes the original batches), and the log start offset consu
 ListOffsets earliest) is the table's first offset. Follower fetches never read the table: below
 the leader's local log start they get OFFSET_OUT_OF_RANGE carrying the leader's local log start,
 and restart there. A tier read that fails for any other reason answers KAFKA_STORAGE_ERROR.
+The table holds committed data only (aborted records and markers never become rows, and only
+offsets below the LSO are tiered), so a tier read answers read_committed consumers with no
+aborted transactions and read_uncommitted ones with the same committed records (the aborted
+offsets are gaps).
 
 Replication throttle (broker/replication_quota.py): a follower fetch of a partition this leader
 throttles gets at most what the leader's bucket holds (no records while it is in debt: the long
 poll waits), and the bytes sent are recorded.
 
-Offsets: :meth:`ReplicaManager.offset_for_timestamp` (ListOffsets v1+),
-:meth:`ReplicaManager.legacy_offsets` (ListOffsets v0) and
+Offsets: :meth:`ReplicaManager.offset_for_timestamp` (ListOffsets v1+; with isolation_level 1,
+v2+, the last stable offset bounds what it answers instead of the high watermark, as Kafka's
+``fetchOffsetForTimestamp``), :meth:`ReplicaManager.legacy_offsets` (ListOffsets v0) and
 :meth:`ReplicaManager.end_offset_for_epoch` (OffsetForLeaderEpoch).
+
+Transaction markers (:meth:`ReplicaManager.write_txn_markers`, the data-partition half of
+WriteTxnMarkers; Kafka appends them through ``appendRecords`` with acks=-1): each marker is
+written on the leader by ``Partition.write_txn_marker`` (one control batch: COMMIT or ABORT,
+with the coordinator epoch) and answered once the high watermark passes it, with the delayed
+produce's rules and errors (NOT_ENOUGH_REPLICAS up front, REQUEST_TIMED_OUT,
+NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER); a stale producer epoch answers
+INVALID_PRODUCER_EPOCH and a stale coordinator epoch TRANSACTION_COORDINATOR_FENCED, both
+before anything is appended. Partitions of one request are written concurrently and answered
+independently. :meth:`ReplicaManager.producer_summaries` answers DescribeProducers (leader only).
 
 Flush scheduler (Kafka's ``LogManager`` flush scheduler and ``ReplicaManager``'s high-watermark
 checkpoint): :meth:`ReplicaManager.flush_loop` runs every ``log.flush.scheduler.interval.ms``;
@@ -66,7 +93,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -87,8 +114,12 @@ from loglake.errors import (
     RecordError,
     UnknownTopicError,
 )
+from loglake.segments.batch import iter_batches
 from loglake.segments.log import FlushJob
 from loglake.segments.validation import check_produce_records
+
+if TYPE_CHECKING:
+    from loglake.broker.producer_state import ProducerSummary
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +128,9 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 NO_RESPONSE_LIMIT = 2**31 - 1
 """The response byte limit of fetches without one (Fetch v0-2)."""
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+"""Fetch and ListOffsets ``isolation_level`` values (Kafka's ``IsolationLevel``)."""
 
 
 class TopicsView(Protocol):
@@ -147,10 +181,15 @@ class FetchParams:
     max_wait_s: float = 0.0
     min_bytes: int = 0
     max_bytes: int = NO_RESPONSE_LIMIT  # record bytes in the whole response
+    isolation_level: int = READ_UNCOMMITTED  # consumers (followers read to the log end)
 
     @property
     def from_follower(self) -> bool:
         return self.replica_id >= 0
+
+    @property
+    def read_committed(self) -> bool:
+        return not self.from_follower and self.isolation_level == READ_COMMITTED
 
 
 @dataclass(frozen=True)
@@ -179,6 +218,30 @@ class FetchResult:
     log_start_offset: int = -1
     records: bytes = b""
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset), KIP-320
+    # read_committed: (producer id, first offset) of the aborted transactions overlapping
+    # ``records``, oldest first; None for read_uncommitted and follower fetches
+    aborted_transactions: list[tuple[int, int]] | None = None
+
+
+@dataclass(frozen=True)
+class TxnMarker:
+    """One marker of a WriteTxnMarkers request, for the data partitions it names."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool  # False: ABORT
+    partitions: tuple[tuple[str, int], ...]  # (topic, partition)
+
+
+@dataclass
+class MarkerResult:
+    """One partition's answer to a marker write."""
+
+    topic: str
+    index: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -281,12 +344,10 @@ class ReplicaManager:
             result.message = f"acks={acks} is not one of 0, 1, -1 (all)."
             return result
         try:
-            if transactional_id is not None:
-                raise InvalidRequestError("Transactions are not supported by this broker.")
             if not records:
                 raise InvalidRequestError("Produce request carries no record batches.")
             partition = self.leader_partition(topic, index)
-            check_produce_records(records, api_version)
+            check_produce_records(records, api_version, transactional_id=transactional_id)
             min_isr = partition.config.min_insync_replicas
             if acks == -1 and len(partition.isr) < min_isr:
                 raise NotEnoughReplicasError(
@@ -297,7 +358,7 @@ class ReplicaManager:
             if acks == -1:
                 await await_replication(partition, outcome.last_offset, min_isr, timeout)
         except LoglakeError as exc:
-            result.error = exc.code
+            result.error = produce_error(exc.code)
             result.message = exc.message
             if isinstance(exc, InvalidRecordError | InvalidTimestampError):
                 result.record_errors = tuple(exc.record_errors)
@@ -352,8 +413,10 @@ class ReplicaManager:
                         partition.record_follower_fetch(replica, want.fetch_offset,
                                                         want.log_start_offset)
                 result.high_watermark = partition.high_watermark
-                result.last_stable_offset = partition.high_watermark
+                result.last_stable_offset = partition.last_stable_offset
                 result.log_start_offset = partition.log_start_offset
+                if params.read_committed:
+                    result.aborted_transactions = []
                 if not params.from_follower and tiering:
                     result.log_start_offset = self.tier.known_log_start(partition)
                     if 0 <= want.fetch_offset < partition.log_start_offset:
@@ -374,15 +437,17 @@ class ReplicaManager:
                 if throttled:
                     limit = min(limit, self.quotas.leader.available())
                 records = b""
-                visible = (partition.log.log_end_offset if params.from_follower
-                           else partition.high_watermark)
+                visible = _visible_end(partition, params)
                 if want.fetch_offset < visible and (
                         limit > 0 or (attempt.total == 0 and not throttled)):
-                    records = partition.read(want.fetch_offset, max(limit, 0),
-                                             min_one_batch=attempt.total == 0,
-                                             committed_only=not params.from_follower)
+                    records = partition.log.read(want.fetch_offset, max(limit, 0),
+                                                 max_offset=visible,
+                                                 min_one_batch=attempt.total == 0)
                 if throttled:
                     self.quotas.leader.record(len(records))
+                if records and params.read_committed:
+                    result.aborted_transactions = aborted_in(partition, want.fetch_offset,
+                                                             records)
                 result.records = records
                 attempt.total += len(records)
                 attempt.watched.append(partition)
@@ -420,24 +485,32 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ offsets
     async def offset_for_timestamp(self, topic: str, index: int, timestamp: int, *,
-                                   current_leader_epoch: int = -1) -> OffsetAndTimestamp:
-        """ListOffsets v1+ (Kafka's ``fetchOffsetForTimestamp``): EARLIEST (-2) is the first
-        offset consumers see (the tier's when tiered), LATEST (-1) the high watermark,
-        MAX_TIMESTAMP (-3) the record with the largest timestamp, any other timestamp the
-        first record at or after it below the high watermark (offset -1 when none)."""
+                                   current_leader_epoch: int = -1,
+                                   isolation_level: int = READ_UNCOMMITTED,
+                                   ) -> OffsetAndTimestamp:
+        """ListOffsets v1+ (Kafka's ``fetchOffsetForTimestamp``). The *fetchable end* is the
+        high watermark for read_uncommitted (``isolation_level`` 0) and the last stable offset
+        for read_committed (1, ListOffsets v2+). EARLIEST (-2) is the first offset consumers
+        see (the tier's when tiered), LATEST (-1) the fetchable end, MAX_TIMESTAMP (-3) the
+        record with the largest timestamp (read_committed: only below the fetchable end), any
+        other timestamp the first record at or after it below the fetchable end (offset -1
+        when none)."""
         partition = self.leader_partition(topic, index)
         partition.check_leader_epoch(current_leader_epoch)
-        offset, found = await self._lookup(partition, timestamp)
+        offset, found = await self._lookup(partition, timestamp,
+                                           isolation_level == READ_COMMITTED)
         return OffsetAndTimestamp(offset, found, partition.leader_epoch)
 
-    async def _lookup(self, partition: Partition, timestamp: int) -> tuple[int, int]:
+    async def _lookup(self, partition: Partition, timestamp: int,
+                      read_committed: bool) -> tuple[int, int]:
+        end = partition.last_stable_offset if read_committed else partition.high_watermark
         if timestamp == EARLIEST_TIMESTAMP:
             return await self.tier.log_start(partition), -1
         if timestamp == LATEST_TIMESTAMP:
-            return partition.high_watermark, -1
+            return end, -1
         if timestamp == MAX_TIMESTAMP:
             found = partition.log.max_timestamp()
-            if found is None:
+            if found is None or (read_committed and found[1] >= end):
                 return -1, -1
             max_ts, offset = found
             return offset, max_ts
@@ -446,7 +519,7 @@ class ReplicaManager:
             hit = await self.tier.offset_for_timestamp(partition, timestamp)
         if hit is None:
             hit = partition.log.offset_for_timestamp(timestamp)
-        if hit is None or hit[0] >= partition.high_watermark:
+        if hit is None or hit[0] >= end:
             return -1, -1
         return hit[0], hit[1]
 
@@ -491,6 +564,44 @@ class ReplicaManager:
             offsets = [hw] + [offset for offset in offsets if offset <= hw]
         return offsets
 
+    # ------------------------------------------------------------------ transactions
+    async def write_txn_markers(self, markers: Sequence[TxnMarker], *,
+                                timeout: float) -> list[list[MarkerResult]]:
+        """Write each marker to each of its partitions as leader and answer each (see the
+        module): per marker, one result per partition in its order. ``timeout`` (seconds)
+        bounds the wait for the high watermark, as a Produce request's timeout does."""
+        async def one_marker(marker: TxnMarker) -> list[MarkerResult]:
+            return list(await asyncio.gather(*(
+                self._write_marker(marker, topic, index, max(timeout, 0.0))
+                for topic, index in marker.partitions)))
+
+        return list(await asyncio.gather(*(one_marker(marker) for marker in markers)))
+
+    async def _write_marker(self, marker: TxnMarker, topic: str, index: int,
+                            timeout: float) -> MarkerResult:
+        result = MarkerResult(topic, index)
+        try:
+            partition = self.leader_partition(topic, index)
+            min_isr = partition.config.min_insync_replicas
+            if len(partition.isr) < min_isr:
+                raise NotEnoughReplicasError(
+                    f"{partition.name} has {len(partition.isr)} in-sync replicas "
+                    f"{list(partition.isr)}, min.insync.replicas is {min_isr}: the "
+                    "transaction marker is not written."
+                )
+            outcome = partition.write_txn_marker(marker.producer_id, marker.producer_epoch,
+                                                 marker.coordinator_epoch, marker.commit)
+            await await_replication(partition, outcome.last_offset, min_isr, timeout)
+        except LoglakeError as exc:
+            result.error = exc.code
+            result.message = exc.message
+        return result
+
+    def producer_summaries(self, topic: str, index: int) -> list[ProducerSummary]:
+        """DescribeProducers: the active producers of a partition this broker leads."""
+        return self.leader_partition(topic, index).producer_summaries()
+
+    # ------------------------------------------------------------------ epochs
     def end_offset_for_epoch(self, topic: str, index: int, leader_epoch: int, *,
                              current_leader_epoch: int = -1) -> tuple[int, int]:
         """OffsetForLeaderEpoch (KIP-101/279): ``(epoch, end offset)`` of ``leader_epoch`` in
@@ -533,6 +644,36 @@ class ReplicaManager:
         while True:
             await asyncio.sleep(interval)
             await self.flush_and_checkpoint()
+
+
+def produce_error(code: ErrorCode) -> ErrorCode:
+    """The code a Produce response carries for ``code``: as in Kafka's log since 2.7
+    (KIP-588), a fenced producer epoch is INVALID_PRODUCER_EPOCH at every Produce version;
+    PRODUCER_FENCED is answered only by the coordinator APIs (InitProducerId, EndTxn, ...)."""
+    if code == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+def _visible_end(partition: Partition, params: FetchParams) -> int:
+    """The offset a fetch reads below: the log end for followers, the high watermark for
+    read_uncommitted consumers, the last stable offset for read_committed ones."""
+    if params.from_follower:
+        return partition.log.log_end_offset
+    if params.read_committed:
+        return partition.last_stable_offset
+    return partition.high_watermark
+
+
+def aborted_in(partition: Partition, fetch_offset: int, records: bytes) -> list[tuple[int, int]]:
+    """``(producer id, first offset)`` of the aborted transactions of ``partition`` that overlap
+    the batches ``records`` (read from ``fetch_offset``), oldest first: what a read_committed
+    fetch answers (Kafka bounds the range by the offset after the returned data too)."""
+    end = fetch_offset
+    for header in iter_batches(records, verify_crc=False):
+        end = header.next_offset
+    return [(txn.producer_id, txn.first_offset)
+            for txn in partition.aborted_transactions(fetch_offset, end)]
 
 
 def _run_flushes(

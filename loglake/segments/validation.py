@@ -12,11 +12,11 @@ Request (:func:`check_produce_records`, with the Produce API version; Kafka's Ka
 ProduceRequest.validateRecords):
 
 1. the first batch's magic is not 2: INVALID_RECORD.
-2. a transactional batch: TRANSACTIONAL_ID_AUTHORIZATION_FAILED. Transactions are not supported,
-   so a request never carries a transactional id here (the handler refuses one), and Kafka
-   answers a transactional batch without a transactional id with this code (before any log
+2. a transactional batch in a request without a transactional id:
+   TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka's KafkaApis answers it (before any log
    check). Kafka fails the whole request with it; here only that partition (the others of the
-   request are unaffected, as for every other rule).
+   request are unaffected, as for every other rule). With a transactional id, transactional
+   batches pass here; the producer state decides (epoch, open transaction).
 3. zstd on Produce below v7: UNSUPPORTED_COMPRESSION_TYPE.
 4. more than one batch for the partition (Produce v3+): INVALID_RECORD.
 
@@ -189,8 +189,10 @@ class RecordRules:
 # ------------------------------------------------------------------------------ request
 
 
-def check_produce_records(records: Buffer, api_version: int) -> None:
-    """Rules 1-4 for one partition's ``records`` of a Produce request of ``api_version``.
+def check_produce_records(records: Buffer, api_version: int, *,
+                          transactional_id: str | None = None) -> None:
+    """Rules 1-4 for one partition's ``records`` of a Produce request of ``api_version``
+    (carrying ``transactional_id``, None when it has none).
 
     Looks only at the first batch's header fields and length; a truncated batch is left to
     parse_batches (CORRUPT_MESSAGE)."""
@@ -202,11 +204,10 @@ def check_produce_records(records: Buffer, api_version: int) -> None:
             f"batches with magic version 2 (got magic {records[MAGIC_OFFSET]})."
         )
     (attributes,) = _ATTRIBUTES.unpack_from(records, ATTRIBUTES_OFFSET)
-    if attributes & TRANSACTIONAL_BIT:
+    if attributes & TRANSACTIONAL_BIT and transactional_id is None:
         raise TransactionalIdAuthorizationError(
-            "Transactional record batch without a transactional id: transactions are not "
-            "supported by this broker.",
-            hint="produce without transactional.id",
+            "Transactional record batch in a Produce request without a transactional id.",
+            hint="a transactional producer sets transactional.id",
         )
     if api_version < ZSTD_MIN_PRODUCE_VERSION and attributes & COMPRESSION_MASK == _ZSTD:
         raise UnsupportedCompressionTypeError(

@@ -1,11 +1,12 @@
 """Fetch, ListOffsets and OffsetForLeaderEpoch: decode, one call, encode.
 
 The rules (long poll, size limits, KIP-320 epoch checks, tier reads, replication throttle,
-offset lookups) are the replica manager's (broker/replica_manager.py). What stays here is the
-wire: we never create fetch sessions (the response's session id is 0, so clients keep sending
-full requests, which the protocol allows; a request naming a session gets
-FETCH_SESSION_ID_NOT_FOUND); read_committed fetches get an empty ``aborted_transactions`` list
-(no transactions here, so the last stable offset is the high watermark); ListOffsets v0
+isolation levels, offset lookups) are the replica manager's (broker/replica_manager.py). What
+stays here is the wire: we never create fetch sessions (the response's session id is 0, so
+clients keep sending full requests, which the protocol allows; a request naming a session gets
+FETCH_SESSION_ID_NOT_FOUND); ``isolation_level`` (Fetch v4+, ListOffsets v2+) is passed on:
+read_committed fetches answer an ``aborted_transactions`` list (possibly empty), read_uncommitted
+ones null, and every consumer fetch the partition's ``last_stable_offset``; ListOffsets v0
 timestamps below -2 answer UNSUPPORTED_VERSION.
 """
 
@@ -19,6 +20,7 @@ from loglake.broker.codec import RequestFrame, build, response_class
 from loglake.broker.replica_manager import (
     EARLIEST_TIMESTAMP,
     NO_RESPONSE_LIMIT,
+    READ_UNCOMMITTED,
     FetchParams,
     PartitionFetch,
 )
@@ -47,6 +49,7 @@ async def fetch(broker: FetchServices, frame: RequestFrame) -> Any:
         # Fetch v0-2 have no response limit
         max_bytes=(max(request.max_bytes, 0) if hasattr(request, "max_bytes")
                    else NO_RESPONSE_LIMIT),
+        isolation_level=getattr(request, "isolation_level", READ_UNCOMMITTED),
     )
     wanted = [
         PartitionFetch(
@@ -58,21 +61,23 @@ async def fetch(broker: FetchServices, frame: RequestFrame) -> Any:
         for topic in request.topics for p in topic.partitions
     ]
     results = iter(await broker.replicas.fetch_messages(params, wanted))
-    read_committed = getattr(request, "isolation_level", 0) == 1
     responses = [{"topic": topic.topic,
-                  "partitions": [_fetch_entry(next(results), read_committed)
-                                 for _ in topic.partitions]}
+                  "partitions": [_fetch_entry(next(results)) for _ in topic.partitions]}
                  for topic in request.topics]
     return build(cls, {"responses": responses})
 
 
-def _fetch_entry(result: FetchResult, read_committed: bool) -> dict[str, Any]:
+def _fetch_entry(result: FetchResult) -> dict[str, Any]:
+    aborted = None
+    if result.aborted_transactions is not None:
+        aborted = [{"producer_id": producer_id, "first_offset": first_offset}
+                   for producer_id, first_offset in result.aborted_transactions]
     entry: dict[str, Any] = {
         "partition_index": result.index, "error_code": result.error,
         "high_watermark": result.high_watermark,
         "last_stable_offset": result.last_stable_offset,
         "log_start_offset": result.log_start_offset, "records": result.records,
-        "aborted_transactions": [] if read_committed else None,
+        "aborted_transactions": aborted,
     }
     if result.diverging_epoch is not None:
         epoch, end_offset = result.diverging_epoch
@@ -84,6 +89,7 @@ async def list_offsets(broker: FetchServices, frame: RequestFrame) -> Any:
     request = frame.body
     if frame.api_version == 0:
         return build(response_class(2, 0), {"topics": await list_offsets_v0(broker, request)})
+    isolation_level = getattr(request, "isolation_level", READ_UNCOMMITTED)  # v2+
     topics = []
     for topic in request.topics:
         partitions = []
@@ -93,7 +99,8 @@ async def list_offsets(broker: FetchServices, frame: RequestFrame) -> Any:
             try:
                 found = await broker.replicas.offset_for_timestamp(
                     topic.name, wanted.partition_index, wanted.timestamp,
-                    current_leader_epoch=getattr(wanted, "current_leader_epoch", -1))
+                    current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
+                    isolation_level=isolation_level)
                 entry.update(offset=found.offset, timestamp=found.timestamp,
                              leader_epoch=found.leader_epoch, error_code=ErrorCode.none)
             except LoglakeError as exc:
