@@ -33,7 +33,8 @@ KAFKA_4_0 = {
     11: (2, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6), 16: (0, 5), 18: (0, 4),
     19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4), 32: (1, 4), 33: (0, 2),
     35: (1, 4), 37: (0, 3), 42: (0, 2), 43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0),
-    47: (0, 0), 60: (0, 2), 28: (0, 5),
+    47: (0, 0), 60: (0, 2), 28: (0, 5), 27: (1, 1), 61: (0, 0),
+    24: (0, 5), 25: (0, 4), 26: (0, 5), 65: (0, 0), 66: (0, 1),
 }
 """``validVersions`` of Kafka 4.0.0's request schemas (clients/src/main/resources/common/
 message/*Request.json in the kafka-clients 4.0.0 jar), for the APIs this broker may serve."""
@@ -42,6 +43,8 @@ DOCUMENTED_DIFFERENCES = {
     1: (4, 12),  # Fetch: v13+ address topics by id
     2: (0, 7),   # ListOffsets: v0 kept for Burrow; v8-10 (tiered offsets, timeout) not yet
     28: (0, 3),  # TxnOffsetCommit: v4+ need transaction version 2 (KIP-890)
+    24: (0, 3),  # AddPartitionsToTxn: v4+ is the broker-to-broker form (KIP-890)
+    26: (0, 4),  # EndTxn: v5 needs transaction version 2 (KIP-890)
 }
 """Where broker/apis.py says, and explains, that we differ from Kafka 4.0."""
 
@@ -131,6 +134,9 @@ def _topic_body(key: int, topic: str) -> dict[str, Any]:
         11: {"group_id": "g", "session_timeout": 10_000, "rebalance_timeout": 10_000,
              "member_id": "", "protocol_type": "consumer", "protocols": []},
         22: {"transactional_id": None, "transaction_timeout": 1000},
+        27: {"markers": [{"producer_id": 1, "producer_epoch": 0, "transaction_result": True,
+                          "coordinator_epoch": 0,
+                          "topics": [{"name": topic, "partition_indexes": [0]}]}]},
         28: {"transactional_id": "t", "group_id": "g", "producer_id": 1, "producer_epoch": 0,
              "topics": [{"name": topic, "partitions": [
                  {"partition_index": 0, "committed_offset": 1, "committed_metadata": None}]}]},

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from loglake.broker.handlers import (
     admin,
     cluster_admin,
+    describe_producers,
     fetch,
     groups,
     leader_hints,
@@ -41,6 +42,7 @@ from loglake.broker.handlers import (
     partition_admin,
     produce,
     reassignment,
+    txn_markers,
 )
 
 if TYPE_CHECKING:
@@ -86,6 +88,7 @@ API_TABLE: dict[int, Api] = {
         Api(21, "DeleteRecords", 0, 2, partition_admin.delete_records),
         Api(22, "InitProducerId", 0, 5, produce.init_producer_id),
         Api(23, "OffsetForLeaderEpoch", 2, 4, fetch.offset_for_leader_epoch),
+        Api(27, "WriteTxnMarkers", 1, 1, txn_markers.write_txn_markers),
         Api(28, "TxnOffsetCommit", 0, 3, groups.txn_offset_commit),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
         Api(33, "AlterConfigs", 0, 2, cluster_admin.alter_configs),
@@ -99,5 +102,6 @@ API_TABLE: dict[int, Api] = {
         Api(46, "ListPartitionReassignments", 0, 0, reassignment.list_partition_reassignments),
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
         Api(60, "DescribeCluster", 0, 2, cluster_admin.describe_cluster),
+        Api(61, "DescribeProducers", 0, 0, describe_producers.describe_producers),
     )
 }
