@@ -31,6 +31,7 @@ from confluent_kafka import (
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     ElectionType,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     TopicPartition,
@@ -587,10 +588,12 @@ class Admin:
         *,
         partitions: Sequence[int] | None = None,
         timeout: float | None = None,
+        isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
     ) -> dict[int, int]:
         """Per partition of ``topic`` (all unless ``partitions``): the log start offset
         (``"earliest"``), the log end offset (``"latest"``) or the first offset whose timestamp
-        is >= ``query`` ms (the log end offset when every record is older)."""
+        is >= ``query`` ms (the log end offset when every record is older). With
+        ``isolation_level="read_committed"`` the end is the last stable offset."""
         limit = self._limit(timeout)
         if partitions is None:
             partitions = [p.partition for p in self.describe_topic(topic, timeout=limit).partitions]
@@ -605,14 +608,17 @@ class Admin:
                              f"got {query!r}")
         operation = f"list offsets ({query}) of topic {topic!r}"
         futures = self._admin.list_offsets(
-            {TopicPartition(topic, p): spec for p in partitions}, request_timeout=limit
+            {TopicPartition(topic, p): spec for p in partitions}, request_timeout=limit,
+            isolation_level=(IsolationLevel.READ_COMMITTED if isolation_level == "read_committed"
+                             else IsolationLevel.READ_UNCOMMITTED),
         )
         result: dict[int, int] = {}
         for tp, future in futures.items():
             info = self._wait(future, f"{operation}, partition {tp.partition}", limit)
             result[tp.partition] = info.offset
         if isinstance(query, int) and any(o < 0 for o in result.values()):
-            ends = self.list_offsets(topic, "latest", partitions=partitions, timeout=limit)
+            ends = self.list_offsets(topic, "latest", partitions=partitions, timeout=limit,
+                                     isolation_level=isolation_level)
             result = {p: ends[p] if o < 0 else o for p, o in result.items()}
         return dict(sorted(result.items()))
 

@@ -3,9 +3,12 @@
 :class:`ClusterView` answers the questions a planner asks the cluster:
 
 * the partitions of the subscribed topics (metadata request to the brokers);
-* earliest / latest / by-timestamp offsets (ListOffsets through confluent-kafka). The brokers'
-  earliest is the tier's first offset (tiered records stay readable through the brokers), the
-  latest is the high watermark, so everything below latest is committed and readable;
+* earliest / latest / by-timestamp offsets (ListOffsets through confluent-kafka, at the query's
+  ``kafka.isolation.level``). The brokers' earliest is the tier's first offset (tiered records
+  stay readable through the brokers); latest is the last stable offset for read_committed (the
+  default: below it every transaction is decided, so a read_committed consumer reaches it
+  without waiting) and the high watermark for read_uncommitted, so everything below latest is
+  replicated and readable at that isolation level;
 * where the tier lives (the ``/loglake/storage`` znode, when ``zookeeper`` is given) and a
   :class:`TierSnapshot` of a topic's Delta table: each partition's tiered end (the app
   transaction ``<topic>-<p>``) and live files, all from ONE table version, so a range split at
@@ -182,15 +185,17 @@ class ClusterView:
 
     def list_offsets(self, partitions: Iterable[TopicPartition],
                      query: str | int) -> PartitionOffsets:
-        """``earliest`` / ``latest`` / first offset with timestamp >= ``query`` ms (the high
-        watermark when no record is that recent), per partition."""
+        """``earliest`` / ``latest`` / first offset with timestamp >= ``query`` ms (latest when
+        no record is that recent), per partition; latest is the last stable offset at
+        ``read_committed`` (the options' isolation level), else the high watermark."""
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
         result: PartitionOffsets = {}
         for topic, numbers in sorted(by_topic.items()):
             found = self.admin().list_offsets(topic, query,  # type: ignore[arg-type]
-                                              partitions=sorted(numbers))
+                                              partitions=sorted(numbers),
+                                              isolation_level=self.options.isolation_level)
             result.update(((topic, p), o) for p, o in found.items())
         return result
 

@@ -26,6 +26,8 @@ Names and meanings follow Spark's Kafka source and sink (option names are case-i
 ``maxTriggerDelay``            ... has passed since the last batch (default ``15m``)
 ``minPartitions``              split offset ranges so a batch has at least this many tasks
 ``kafkaConsumer.pollTimeoutMs`` how long a task waits for the brokers without progress (120000)
+``kafka.isolation.level``      ``read_committed`` (default) | ``read_uncommitted``: which
+                               records of the brokers' hot tail a read sees (below)
 ``kafka.<librdkafka key>``     passed to the librdkafka consumer/producer unchanged
 ``tier.<storage option>``      object-store options for reading the tier (delta-rs names, e.g.
                                ``tier.aws_access_key_id``), over those the brokers published in
@@ -35,6 +37,18 @@ Names and meanings follow Spark's Kafka source and sink (option names are case-i
 ``deliveryGuarantee``          sink: ``at-least-once`` (default, as Spark's Kafka sink) |
                                ``exactly-once`` (transactional writes; see streaming/sink.py)
 =============================  =================================================================
+
+Isolation: reads see committed data only by default. The tier (the topic's Delta table) holds
+committed records only whatever the option says (the brokers tier below the last stable offset
+and leave out aborted records and transaction markers). The hot tail is read through Kafka
+fetches with ``isolation.level`` = this option, and ``latest`` (the end of a batch read, of a
+micro-batch, of a SQL view) is the last stable offset (LSO: the first offset of the oldest open
+transaction, at most the high watermark) for ``read_committed``, so a read never waits on an
+open transaction and never returns aborted records; ``read_uncommitted`` reads up to the high
+watermark and also returns the records of aborted (and still open) transactions that are not
+tiered yet. Offsets of committed records may have gaps either way (markers, aborted records).
+Spark's own Kafka source defaults to ``read_uncommitted`` (the Java consumer's default);
+loglake's default is ``read_committed`` (librdkafka's), so tables and streams agree.
 
 Pure parsing: no I/O, thread-safe; :class:`SourceOptions` is immutable and picklable (Spark
 ships it to Python workers).
@@ -53,7 +67,8 @@ from loglake.streaming.errors import SourceOptionError
 EARLIEST = -2
 """Offset placeholder for a partition's first offset (Spark's JSON convention)."""
 LATEST = -1
-"""Offset placeholder for a partition's high watermark."""
+"""Offset placeholder for a partition's end: the last stable offset (read_committed, the
+default) or the high watermark (read_uncommitted)."""
 
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_POLL_TIMEOUT_MS = 120_000
@@ -71,6 +86,8 @@ FORBIDDEN_KAFKA_KEYS = {
 """``kafka.*`` options Spark's Kafka source refuses, with the reason (we refuse them too)."""
 
 Mode = Literal["batch", "stream", "write"]
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+ISOLATION_OPTION = "kafka.isolation.level"
 TopicPartition = tuple[str, int]
 
 
@@ -131,6 +148,9 @@ class SourceOptions:
     (``zookeeper`` given); ``brokers``: read everything through the brokers."""
     sink_topic: str | None = None
     delivery_guarantee: Literal["at-least-once", "exactly-once"] = "at-least-once"
+    isolation_level: IsolationLevel = "read_committed"
+    """``kafka.isolation.level``: ``read_committed`` reads the hot tail up to the last stable
+    offset, committed records only; ``read_uncommitted`` up to the high watermark."""
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold passwords
     """``kafka.*`` options without the prefix (bootstrap servers excluded), for librdkafka."""
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets
@@ -143,7 +163,8 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
     Raises :class:`SourceOptionError` naming the offending option."""
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     kafka = {k[len("kafka."):]: v for k, v in opts.items()
-             if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+             if k.startswith("kafka.") and k not in ("kafka.bootstrap.servers",
+                                                      ISOLATION_OPTION)}
     storage_options = {k[len("tier."):]: v for k, v in opts.items() if k.startswith("tier.")}
     for key, reason in FORBIDDEN_KAFKA_KEYS.items():
         if key in opts:
@@ -190,6 +211,11 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
     if tier_read not in ("auto", "brokers"):
         raise SourceOptionError(f"option 'tierRead' must be auto or brokers, got {tier_read!r}")
     sink_topic = opts.get("topic", "").strip() or None
+    isolation = opts.get(ISOLATION_OPTION, "").strip().lower() or "read_committed"
+    if isolation not in ("read_committed", "read_uncommitted"):
+        raise SourceOptionError(
+            f"option {ISOLATION_OPTION!r} must be read_committed or read_uncommitted, "
+            f"got {isolation!r}")
     guarantee = opts.get("deliveryguarantee", "at-least-once").strip().lower()
     if guarantee not in ("at-least-once", "exactly-once") or (
             reading and "deliveryguarantee" in opts):
@@ -214,6 +240,8 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         tier_read="brokers" if tier_read == "brokers" else "auto",
         sink_topic=sink_topic,
         delivery_guarantee="exactly-once" if guarantee == "exactly-once" else "at-least-once",
+        isolation_level="read_uncommitted" if isolation == "read_uncommitted" else (
+            "read_committed"),
         kafka=kafka,
         storage_options=storage_options,
     )

@@ -5,19 +5,24 @@ Planning (driver, :func:`plan_ranges`): each partition's range is cut at the tie
 
 * ``[start, min(end, tiered_end))`` is read from the snapshot's Parquet files with pyarrow
   (the file list travels with the range, so a task never replays the Delta log and always
-  sees the planner's version); control records and quarantined rows (undecodable bytes the
-  tierer kept, tier_rows.py; both ``is_control``) are skipped: their offsets are a gap;
+  sees the planner's version); the table holds committed records only (aborted records and
+  markers were never tiered), and quarantined rows (undecodable bytes the tierer kept,
+  tier_rows.py) and markers of tables tiered before are ``is_control`` rows and skipped: their
+  offsets are a gap;
 * ``[max(start, tiered_end), end)`` is read from the brokers with a confluent-kafka consumer
-  (assign, no group, nothing committed). Offsets below the brokers' local log start that got
-  tiered after the snapshot are served by the brokers from the table, so nothing depends on
-  who tiers or when.
+  (assign, no group, nothing committed) at the query's ``kafka.isolation.level``
+  (``read_committed`` by default: aborted records are skipped by the consumer, options.py).
+  Offsets below the brokers' local log start that got tiered after the snapshot are served
+  by the brokers from the table, so nothing depends on who tiers or when.
 
 Because both halves come from one snapshot, an offset is read by exactly one of them. Ranges
 may be split further (``minPartitions``); pieces never overlap.
 
 Broker reading stops at the first record at or past ``end``, or at partition EOF at or past
-``end`` (the remaining offsets were control records or removed by compaction: offsets may have
-gaps). ``end`` never exceeds the high watermark the planner saw, so waiting is bounded;
+``end`` (the remaining offsets were control records, aborted records or removed by compaction:
+offsets may have gaps). ``end`` never exceeds what the planner saw as latest: the last
+stable offset for ``read_committed`` (the end a read_committed consumer reaches, its EOF),
+else the high watermark, so waiting is bounded and never on an open transaction;
 ``kafkaConsumer.pollTimeoutMs`` without progress raises :class:`RangeReadError`. A start that
 the brokers no longer hold raises :class:`DataLossError` (``failOnDataLoss=true``) or skips to
 the earliest offset.
@@ -235,8 +240,8 @@ class _Columns:
 
 def consumer_config(context: ReadContext) -> dict[str, Any]:
     """librdkafka settings of a range consumer: no group membership, no commits, EOF events,
-    offsets out of range reported (not silently reset), uncommitted reads like Spark's
-    default; ``kafka.*`` options win."""
+    offsets out of range reported (not silently reset), the query's isolation level
+    (``kafka.isolation.level``, read_committed by default); other ``kafka.*`` options win."""
     from loglake.client._common import LIBRDKAFKA_LOGGER
 
     config: dict[str, Any] = {
@@ -247,10 +252,10 @@ def consumer_config(context: ReadContext) -> dict[str, Any]:
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
-        "isolation.level": "read_uncommitted",
         "logger": LIBRDKAFKA_LOGGER,
     }
     config.update(context.options.kafka)
+    config["isolation.level"] = context.options.isolation_level
     return config
 
 

@@ -22,6 +22,13 @@ A micro-batch ``(start, end]`` reads ``[start[tp], end[tp])`` per partition; a p
 from ``start`` (discovered later) is read from its earliest offset, as Spark's Kafka source does.
 Replaying a batch after a restart re-plans the same offsets, so the records are the same.
 
+Isolation (``kafka.isolation.level``, options.py): by default every read sees committed data
+only. The tier holds committed records only, and a batch's or micro-batch's ``latest`` end is
+the last stable offset, read with a read_committed consumer, so an open transaction holds a
+stream at its first offset (as it holds a read_committed Kafka consumer) and its records
+appear, if committed, in a later micro-batch. Offsets may have gaps (markers, aborted
+records); ``read_uncommitted`` reads up to the high watermark instead.
+
 Filter pushdown (batch reads; needs ``spark.sql.python.filterPushdown.enabled``, which
 :func:`loglake.streaming.register` turns on): ``topic`` and ``partition`` equality / IN and
 ``offset`` comparisons prune the planned ranges exactly; ``timestamp >= / >`` moves each

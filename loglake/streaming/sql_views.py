@@ -15,16 +15,22 @@ registration (version V):
 
 1. tiered rows: Spark reads the snapshot's Parquet files natively
    (``spark.read.parquet(*files)`` with ``basePath`` = the table, so ``partition`` comes from the
-   ``partition=<p>`` directories), keeps ``offset < tiered_end(p)`` of V and drops transaction
-   markers (``is_control``). Spark prunes partitions by path and offsets/timestamps by Parquet
+   ``partition=<p>`` directories), keeps ``offset < tiered_end(p)`` of V. The table holds
+   committed records only (the brokers tier below the last stable offset and never tier
+   aborted records or transaction markers); markers in tables tiered before that are
+   ``is_control`` rows, dropped. Spark prunes partitions by path and offsets/timestamps by Parquet
    statistics. Used when Spark can read the storage (local files); for other schemes (s3://
    without hadoop-aws on the classpath) the Python data source reads those files with pyarrow.
    Quarantined rows (bytes the tierer could not decode, tier_rows.py) are ``is_control`` rows
    too, so the same filter keeps them out of every view: their offsets are a gap.
 2. hot tail: ``format("loglake")`` with ``startingOffsets`` = each partition's tiered end of V
-   (earliest where nothing is tiered) and ``endingOffsets=latest``; ``latest`` (the high
-   watermark) is resolved again by every query, so a view keeps showing new records. Filters on
-   topic / partition / offset prune its ranges (the reader's ``pushFilters``).
+   (earliest where nothing is tiered) and ``endingOffsets=latest``; ``latest`` is resolved
+   again by every query, so a view keeps showing new records. Views read committed data only
+   by default (``isolation_level="read_committed"``, the source's ``kafka.isolation.level``):
+   the hot tail ends at the last stable offset and skips aborted records, so a view agrees with
+   the table; ``read_uncommitted`` reads the hot tail up to the high watermark, aborted and
+   open transactions' records included (the tiered side holds committed records either way).
+   Filters on topic / partition / offset prune its ranges (the reader's ``pushFilters``).
 
 Both sides are split at the same tiered end of the same version, so tiering that runs meanwhile
 cannot make a record appear twice or not at all (records tiered after V are read by side 2,
@@ -46,7 +52,12 @@ from typing import TYPE_CHECKING, Literal
 
 from loglake.errors import UnknownTopicError
 from loglake.streaming.offsets import ClusterView, TierSnapshot
-from loglake.streaming.options import EARLIEST, Subscription
+from loglake.streaming.options import (
+    EARLIEST,
+    ISOLATION_OPTION,
+    IsolationLevel,
+    Subscription,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -72,9 +83,11 @@ def register_topics(
     include_headers: bool = True,
     tier_read: TierRead = "auto",
     storage_options: Mapping[str, str] | None = None,
+    isolation_level: IsolationLevel = "read_committed",
 ) -> list[str]:
     """Create or replace a temporary view per topic (all topics, or ``topics``) named after the
-    topic; return the names registered. Raises :class:`UnknownTopicError` for a named topic
+    topic; return the names registered. ``isolation_level``: what the hot tail shows (module
+    docstring). Raises :class:`UnknownTopicError` for a named topic
     that does not exist. ``storage_options`` (delta-rs names, e.g. credentials) are added to
     the storage options the brokers published, which never hold secrets."""
     from loglake.streaming import register
@@ -93,7 +106,8 @@ def register_topics(
         for name in names:
             frame = _topic_frame(spark, view, name, zookeeper=zookeeper,
                                  bootstrap_servers=bootstrap_servers,
-                                 include_headers=include_headers, tier_read=tier_read)
+                                 include_headers=include_headers, tier_read=tier_read,
+                                 isolation_level=isolation_level)
             frame.createOrReplaceTempView(quote_identifier(name))
         return names
     finally:
@@ -109,6 +123,7 @@ def topic_frame(
     include_headers: bool = True,
     tier_read: TierRead = "auto",
     storage_options: Mapping[str, str] | None = None,
+    isolation_level: IsolationLevel = "read_committed",
 ) -> DataFrame:
     """The DataFrame behind ``topic``'s view (see the module docstring)."""
     from loglake.streaming import register
@@ -118,7 +133,8 @@ def topic_frame(
     try:
         return _topic_frame(spark, view, topic, zookeeper=zookeeper,
                             bootstrap_servers=bootstrap_servers,
-                            include_headers=include_headers, tier_read=tier_read)
+                            include_headers=include_headers, tier_read=tier_read,
+                            isolation_level=isolation_level)
     finally:
         view.close()
 
@@ -131,7 +147,7 @@ def _cluster_view(zookeeper: str, bootstrap_servers: str | None,
 
 def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeeper: str,
                  bootstrap_servers: str | None, include_headers: bool,
-                 tier_read: TierRead) -> DataFrame:
+                 tier_read: TierRead, isolation_level: IsolationLevel) -> DataFrame:
     partitions = [p for _, p in view.topic_partitions(Subscription("subscribe", (topic,)))]
     if not partitions:
         raise UnknownTopicError(f"topic {topic!r} does not exist (no partitions)")
@@ -142,7 +158,8 @@ def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeepe
     source = (spark.read.format("loglake").option("zookeeper", zookeeper)
               .option("includeHeaders", str(include_headers).lower())
               .option("assign", json.dumps({topic: partitions}))
-              .option("endingOffsets", "latest"))
+              .option("endingOffsets", "latest")
+              .option(ISOLATION_OPTION, isolation_level))
     if bootstrap_servers:
         source = source.option("kafka.bootstrap.servers", bootstrap_servers)
     for key, value in view.options.storage_options.items():
@@ -193,7 +210,8 @@ def _tier_frame(spark: SparkSession, storage: Storage, snapshot: TierSnapshot,
             .option("basePath", _spark_uri(storage, snapshot.uri))
             .parquet(*files))
     # Files of the snapshot normally hold only offsets below their partition's tiered end and
-    # no transaction markers or quarantined rows (both is_control); the filters are added only
+    # no quarantined rows or (in tables tiered before markers were left out) transaction
+    # markers (both is_control); the filters are added only
     # when the file statistics say otherwise (fewer columns decoded: the scan then costs what
     # a plain Parquet read does).
     beyond = sorted({p for p, f in chosen if f.max_offset >= snapshot.ends[p]})
