@@ -89,6 +89,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ from loglake.errors import (
     RecordError,
     UnknownTopicError,
 )
-from loglake.segments.batch import iter_batches
+from loglake.segments.batch import HEADER_SIZE, LOG_OVERHEAD
 from loglake.segments.log import FlushJob
 from loglake.segments.validation import check_produce_records
 
@@ -131,6 +132,9 @@ NO_RESPONSE_LIMIT = 2**31 - 1
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 """Fetch and ListOffsets ``isolation_level`` values (Kafka's ``IsolationLevel``)."""
+LAST_OFFSET_DELTA_OFFSET = 23
+"""Where a RecordBatch v2 header holds lastOffsetDelta (after base offset, length, partition
+leader epoch, magic, CRC and attributes)."""
 
 
 class TopicsView(Protocol):
@@ -447,7 +451,7 @@ class ReplicaManager:
                     self.quotas.leader.record(len(records))
                 if records and params.read_committed:
                     result.aborted_transactions = aborted_in(partition, want.fetch_offset,
-                                                             records)
+                                                             visible, records)
                 result.records = records
                 attempt.total += len(records)
                 attempt.watched.append(partition)
@@ -665,15 +669,36 @@ def _visible_end(partition: Partition, params: FetchParams) -> int:
     return partition.high_watermark
 
 
-def aborted_in(partition: Partition, fetch_offset: int, records: bytes) -> list[tuple[int, int]]:
+def aborted_in(partition: Partition, fetch_offset: int, visible: int,
+               records: bytes) -> list[tuple[int, int]]:
     """``(producer id, first offset)`` of the aborted transactions of ``partition`` that overlap
-    the batches ``records`` (read from ``fetch_offset``), oldest first: what a read_committed
-    fetch answers (Kafka bounds the range by the offset after the returned data too)."""
-    end = fetch_offset
-    for header in iter_batches(records, verify_crc=False):
-        end = header.next_offset
-    return [(txn.producer_id, txn.first_offset)
-            for txn in partition.aborted_transactions(fetch_offset, end)]
+    the batches ``records`` (read from ``fetch_offset``, below ``visible``), oldest first: what
+    a read_committed fetch answers (Kafka bounds the range by the offset after the returned
+    data too). The batches' end is only looked for when an aborted transaction lies in
+    [fetch_offset, visible), the common case costing one index lookup."""
+    aborted = partition.aborted_transactions(fetch_offset, visible)
+    if not aborted:
+        return []
+    end = _end_offset(records)
+    return [(txn.producer_id, txn.first_offset) for txn in aborted if txn.first_offset < end]
+
+
+_BATCH_START = struct.Struct(">qi")  # base offset, batch length
+_LAST_OFFSET_DELTA = struct.Struct(">i")  # at LAST_OFFSET_DELTA_OFFSET in the header
+
+
+def _end_offset(records: bytes) -> int:
+    """The offset after the last whole batch of ``records`` (batches back to back, as the log
+    returns them; headers only, no CRC check)."""
+    position = last = 0
+    size = len(records)
+    while position + HEADER_SIZE <= size:
+        _, length = _BATCH_START.unpack_from(records, position)
+        last = position
+        position += LOG_OVERHEAD + length
+    base, _ = _BATCH_START.unpack_from(records, last)
+    (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, last + LAST_OFFSET_DELTA_OFFSET)
+    return int(base + delta + 1)
 
 
 def _run_flushes(
