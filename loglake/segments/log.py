@@ -22,6 +22,12 @@ the result. After a clean stop the indexes are trusted but every batch is still 
 torn active tail is reported in :attr:`PartitionLog.recovery_damage`, and the log is never left
 with a hole: a segment whose offsets do not continue the previous one's is deleted with every
 later one, so the log ends at the first bad byte and replication re-fetches the rest.
+Aborted transactions live in each segment's ``.txnindex`` (txn_index.py): the partition adds
+an entry per ABORT marker (:meth:`PartitionLog.add_aborted_txn`), entries go with their segment
+(retention, truncation, deletion) and :meth:`PartitionLog.aborted_transactions` reads the
+in-memory copies. :attr:`PartitionLog.first_recovered_offset` tells the partition where
+recovery started, so it replays its producer state (and re-adds lost index entries) from at or
+below there; :attr:`PartitionLog.before_roll` lets it snapshot that state at every roll.
 Segment deletion is a numbered protocol:
 (1) the new log start offset is checkpointed durably, (2) the segment's files are renamed to
 ``*.deleted``, (3) unlinked; leftovers of an interrupted (2)/(3) are removed on open.

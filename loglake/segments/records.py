@@ -21,6 +21,11 @@ writes snappy with xerial framing, like the Java client.
 
 Timestamps: in a LogAppendTime batch every record's timestamp is the batch's maxTimestamp.
 
+Transaction markers (:func:`encode_end_txn_marker`, :func:`decode_end_txn_marker`): a control
+batch (attributes transactional|control, base sequence -1, never compressed) with one record,
+key = int16 version 0 + int16 type (0 ABORT, 1 COMMIT), value = int16 version 0 + int32
+coordinator epoch (Kafka's ``EndTransactionMarker``).
+
 Anything malformed raises :class:`CorruptRecordError` (never IndexError/struct.error);
 unsupported codecs raise :class:`InvalidRecordError`. Pure functions, thread-safe, no I/O.
 """
