@@ -144,6 +144,20 @@ def test_write_segment_file_writes_committed_rows_and_a_fully_aborted_range_none
     chunk = table.read_chunk(0, 16)
     assert chunk is not None and chunk.column("offset").to_pylist() == [17]
 
+    # a partition's earliest offset stays at its first tiered offset when the records there
+    # were left out (as compaction keeps it): a consumer there gets the next batch
+    leading = filenames.log_file(tmp_path / "p1", 0)
+    leading.parent.mkdir()
+    leading.write_bytes(data(0, 2, ABORTED) + marker(2, ABORTED, commit=False)
+                        + data(3, 2, PLAIN, txn=False))
+    written = write_segment_file(storage, "t", 1, leading, 0, 5, [(ABORTED, 0, 2)])
+    assert written.pending is not None and written.pending.first_offset == 0
+    assert table.commit(1, [written.pending], 4, expected_end=None)
+    table.files(1, refresh=True)
+    assert table.start_offset(1) == 0
+    chunk = table.read_chunk(1, 0)
+    assert chunk is not None and chunk.column("offset").to_pylist() == [3, 4]
+
 
 # ------------------------------------------------------------------ on a real partition
 

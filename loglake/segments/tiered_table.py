@@ -283,15 +283,20 @@ class TieredTable:
         return files[0].min_offset if files else None
 
     # ------------------------------------------------------------------ writing
-    def write_file(self, partition: int, rows: pa.Table) -> PendingFile:
+    def write_file(self, partition: int, rows: pa.Table, *,
+                   first_offset: int | None = None) -> PendingFile:
         """Write ``rows`` (FILE_SCHEMA or STORED_SCHEMA, ordered by offset, whole batches) as
         one Parquet file (STORED_SCHEMA) under the partition's directory; row groups are cut at
-        batch boundaries."""
+        batch boundaries. ``first_offset`` (at most the first row's): the offset the file's
+        ``minValues.offset`` statistic says it starts at, when offsets before its first row
+        hold nothing (aborted records, markers): a partition's earliest offset is its first
+        file's statistic, and must not move past offsets that were simply left out."""
         if rows.num_rows == 0:
             raise ValueError("no rows to tier")
         rows = conform_rows(rows)
         offsets = rows.column("offset")
         first, last = offsets[0].as_py(), offsets[-1].as_py()
+        starts_at = first if first_offset is None else min(first, first_offset)
         relative = (f"{PARTITION_COLUMN}={partition}/"
                     f"{first:020d}-{last:020d}-{uuid.uuid4().hex}.parquet")
         fs = self.storage.pyarrow_filesystem()
@@ -310,7 +315,7 @@ class TieredTable:
         control = rows.column("is_control")
         stats = {
             "numRecords": rows.num_rows,
-            "minValues": {"offset": first, "timestamp": _iso(ts_min),
+            "minValues": {"offset": starts_at, "timestamp": _iso(ts_min),
                           "batch_offset": batch_offsets[0].as_py(),
                           "is_control": bool(pc.min(control).as_py())},
             "maxValues": {"offset": last, "timestamp": _iso(ts_max),
@@ -321,7 +326,7 @@ class TieredTable:
                           "value": rows.column("value").null_count,
                           DECODE_ERROR: rows.column(DECODE_ERROR).null_count},
         }
-        return PendingFile(relative, int(size or 0), rows.num_rows, first, last,
+        return PendingFile(relative, int(size or 0), rows.num_rows, starts_at, last,
                            json.dumps(stats))
 
     def commit(self, partition: int, files: Sequence[PendingFile], last_offset: int,
@@ -467,7 +472,8 @@ def write_segment_file(storage: Storage, topic: str, partition: int, path: Path,
                           fallback_timestamp_ms=int(path.stat().st_mtime * 1000))
     committed = committed_rows(result.rows, aborted)
     rows = committed.rows
-    pending = TieredTable(storage, topic).write_file(partition, rows) if rows.num_rows else None
+    pending = (TieredTable(storage, topic).write_file(partition, rows, first_offset=start)
+               if rows.num_rows else None)
     return SegmentWrite(pending, result.quarantined, committed.aborted_records,
                         committed.markers)
 
