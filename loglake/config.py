@@ -455,6 +455,19 @@ class BrokerConfig:
         DYNAMIC_BROKER_CONFIG_KEYS["follower.replication.throttled.rate"].doc
         + " (Static value; dynamic per broker or cluster.)",
         _dynamic("follower.replication.throttled.rate"), LONG_MAX)
+    transaction_max_timeout_ms: int = _setting(
+        "transaction.max.timeout.ms", "Largest transaction.timeout.ms a producer may ask for "
+        "(InitProducerId answers INVALID_TRANSACTION_TIMEOUT above it).", int, 900000)
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = _setting(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", "How often the "
+        "transaction coordinator aborts transactions open longer than their timeout.", int,
+        10000)
+    transactional_id_expiration_ms: int = _setting(
+        "transactional.id.expiration.ms", "A transactional id without a transaction for this "
+        "long is forgotten.", int, 604800000)
+    transactional_id_expiration_check_interval_ms: int = _setting(
+        "transactional.id.expiration.check.interval.ms", "How often expired transactional ids "
+        "are removed.", int, 3600000)
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:

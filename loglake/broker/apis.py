@@ -19,6 +19,12 @@ Where we differ from Kafka 4.0, and why:
 * TxnOffsetCommit stops at v3 (Kafka 4.0: 0-5): v4 belongs to transaction version 2 (KIP-890
   part 2: the coordinator adds the group to the transaction itself, no AddOffsetsToTxn), v5
   adds the TRANSACTION_ABORTABLE answer; clients negotiate v3 and send AddOffsetsToTxn first.
+* AddPartitionsToTxn stops at v3 (Kafka 4.0: 0-5): v4+ is the broker-to-broker batched form
+  of KIP-890 (partition leaders verifying transactions), which this coordinator does not take.
+  EndTxn stops at v4 (Kafka 4.0: 0-5): v5 belongs to transaction version 2 (KIP-890 part 2: an
+  epoch bump at every end, returned in the response). InitProducerId v5, AddOffsetsToTxn v4 and
+  EndTxn v4 only allow the TRANSACTION_ABORTABLE code, which this coordinator never answers:
+  they are answered as their previous versions, as Kafka does.
 * The other rows equal Kafka 4.0's, for the APIs this broker has (Produce v10+ with KIP-951
   leader hints: handlers/leader_hints.py). DescribeConfigs v0 and DescribeLogDirs v0, which
   Kafka 4.0 removed, are not served, but their senders get a v0 response carrying
@@ -42,6 +48,7 @@ from loglake.broker.handlers import (
     partition_admin,
     produce,
     reassignment,
+    transactions,
     txn_markers,
 )
 
@@ -88,6 +95,9 @@ API_TABLE: dict[int, Api] = {
         Api(21, "DeleteRecords", 0, 2, partition_admin.delete_records),
         Api(22, "InitProducerId", 0, 5, produce.init_producer_id),
         Api(23, "OffsetForLeaderEpoch", 2, 4, fetch.offset_for_leader_epoch),
+        Api(24, "AddPartitionsToTxn", 0, 3, transactions.add_partitions_to_txn),
+        Api(25, "AddOffsetsToTxn", 0, 4, transactions.add_offsets_to_txn),
+        Api(26, "EndTxn", 0, 4, transactions.end_txn),
         Api(27, "WriteTxnMarkers", 1, 1, txn_markers.write_txn_markers),
         Api(28, "TxnOffsetCommit", 0, 3, groups.txn_offset_commit),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
@@ -102,6 +112,8 @@ API_TABLE: dict[int, Api] = {
         Api(46, "ListPartitionReassignments", 0, 0, reassignment.list_partition_reassignments),
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
         Api(60, "DescribeCluster", 0, 2, cluster_admin.describe_cluster),
+        Api(65, "DescribeTransactions", 0, 0, transactions.describe_transactions),
+        Api(66, "ListTransactions", 0, 1, transactions.list_transactions),
         Api(61, "DescribeProducers", 0, 0, describe_producers.describe_producers),
     )
 }

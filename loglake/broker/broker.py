@@ -12,6 +12,7 @@ Layers (Kafka's broker, in the same order; each part gets only what it uses)::
     TopicSync (topic_sync.py)           ZooKeeper watches -> MetadataCache, what to host
     DynamicBrokerConfig (dynamic_config.py)  /config/brokers -> replication throttle rates
     Controller (controller.py), GroupCoordinator (groups/), Tierer (tiering.py)
+    TransactionCoordinator (transactions/)  transactional ids, markers to partition leaders
     MetadataCache (metadata_cache.py)   topics, partition states, brokers
     ZkSession (zk_session.py)           catalog, lease, the executors blocking calls run on
     LogManager (log_manager.py)         partition directories
@@ -62,6 +63,7 @@ from loglake.broker import election
 from loglake.broker.controller import Controller
 from loglake.broker.dynamic_config import DynamicBrokerConfig
 from loglake.broker.fetcher_manager import ReplicaFetcherManager
+from loglake.broker.groups import txn_offsets
 from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.isr_manager import IsrManager
 from loglake.broker.log_manager import LogManager
@@ -74,6 +76,8 @@ from loglake.broker.replication_quota import ReplicationQuotas
 from loglake.broker.services import BrokerServices
 from loglake.broker.tiering import Tierer
 from loglake.broker.topic_sync import TopicSync
+from loglake.broker.transactions.coordinator import TransactionCoordinator
+from loglake.broker.transactions.markers import MarkerSender
 from loglake.broker.zk_session import ZkSession
 from loglake.catalog.zookeeper import (
     BrokerInfo,
@@ -131,11 +135,18 @@ class Broker:
             replicas=self.replicas, metadata=self.metadata, zk=self.zk,
             on_written=self.topic_sync.on_state)
         self.producer_ids = ProducerIds(self.zk, config.broker_id)
+        self.transactions = TransactionCoordinator(
+            self.zk, self.metadata, config, allocate_producer_id=self.producer_ids.allocate,
+            markers=MarkerSender(broker_id=config.broker_id, metadata=self.metadata,
+                                 group_coordinator_for=self.groups.coordinator_for,
+                                 offsets_partition_for=txn_offsets.offsets_partition_for),
+            clock=clock)
         self.services = BrokerServices(
             config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,
             groups=self.groups, controller=self.controller, tierer=self.tierer,
             replication_quotas=self.replication_quotas, producer_ids=self.producer_ids,
-            topic_admin=self.topic_sync, broker_configs=self.broker_configs, clock=clock)
+            topic_admin=self.topic_sync, broker_configs=self.broker_configs,
+            transactions=self.transactions, clock=clock)
         self._tasks: list[asyncio.Future[Any]] = []
         self._running = False  # start() finished
         self._rejoin: asyncio.Future[None] | None = None
@@ -176,7 +187,7 @@ class Broker:
                                storage.url, dict(storage.options))
         for coroutine in (self.replicas.flush_loop(), self.zk.lease_loop(self._on_not_registered),
                           self.isr.run(), self.controller.run(), self.groups.run(),
-                          self.tierer.run()):
+                          self.tierer.run(), self.transactions.run()):
             self._tasks.append(asyncio.create_task(coroutine))
         self._running = True
         if self._rejoin_needed:  # the session changed while we were starting
@@ -189,6 +200,8 @@ class Broker:
             await asyncio.wait_for(self._controlled_shutdown(), SHUTDOWN_HANDOVER_S)
         for task in self._tasks:
             task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.transactions.shutdown(), SHUTDOWN_HANDOVER_S)
         await self.fetchers.shutdown()
         self.tierer.close()
         self.replica_states.close_all()

@@ -14,6 +14,7 @@ decode a request, call the part that owns the answer, and encode the response. T
 ``tierer``                the tiered storage of hosted partitions
 ``replication_quotas``    replication throttles (replication_quota.py)
 ``producer_ids``          producer id blocks (producer_ids.py)
+``transactions``          the transaction coordinator (transactions/coordinator.py)
 ``topic_admin``           applying topic changes a handler just wrote (:class:`TopicAdmin`;
                           the topic sync, topic_sync.py)
 ``broker_configs``        dynamic broker configs (:class:`DynamicBrokerConfigs`;
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from loglake.broker.replica_manager import ReplicaManager
     from loglake.broker.replication_quota import ReplicationQuotas
     from loglake.broker.tiering import Tierer
+    from loglake.broker.transactions.coordinator import TransactionCoordinator
     from loglake.broker.zk_session import ZkSession
     from loglake.config import BrokerConfig
 
@@ -82,4 +84,5 @@ class BrokerServices:
     producer_ids: ProducerIds
     topic_admin: TopicAdmin
     broker_configs: DynamicBrokerConfigs
+    transactions: TransactionCoordinator
     clock: Callable[[], float] = field(default=time.time)

@@ -32,6 +32,9 @@ Layout (JSON values, as Kafka writes them)::
                                                       by clean-up jobs after a commit that
                                                       removed files; brokers watch it and drop
                                                       their cached view of the table
+    /loglake/transactions/<p>/...                    transaction coordinator state: owner,
+                                                      coordinator epoch, one znode per
+                                                      transactional id (catalog/transactions.py)
 
 Invariants: a topic exists once its assignment znode exists; creation writes assignment, config
 and every partition state in one multi-op transaction, so readers never see a partial topic.
@@ -84,7 +87,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -105,6 +108,9 @@ from kio.schema.errors import ErrorCode
 
 from loglake.catalog.groups import GroupStore
 from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
+
+if TYPE_CHECKING:
+    from loglake.catalog.transactions import TransactionStore
 
 log = logging.getLogger(__name__)
 # kazoo warns on stderr when a chroot does not exist; brokers create it first and tools report
@@ -1013,6 +1019,12 @@ class ClusterCatalog:
         """Committed offsets and group metadata of consumer groups (catalog/groups.py), on
         this catalog's session."""
         return GroupStore(self.zk)
+
+    def transaction_store(self) -> TransactionStore:
+        """Transaction coordinator state (catalog/transactions.py), on this catalog's
+        session."""
+        from loglake.catalog.transactions import TransactionStore
+        return TransactionStore(self.zk)
 
     # ---- configs
     @_zookeeper_op

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from loglake.broker.services import BrokerServices
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 KEY_TYPE_SHARE = 2
 
 
@@ -38,17 +39,19 @@ async def find_coordinator(services: BrokerServices, frame: RequestFrame) -> Any
     coordinators = []
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
-        node = services.groups.coordinator_for(key) if key_type == KEY_TYPE_GROUP else -1
+        node = (services.groups.coordinator_for(key) if key_type == KEY_TYPE_GROUP
+                else services.transactions.coordinator_for(key)
+                if key_type == KEY_TYPE_TRANSACTION else -1)
         info = services.metadata.live_brokers.get(node)
         if key_type == KEY_TYPE_SHARE:  # Kafka without a share coordinator (KIP-932)
             entry.update(error_code=ErrorCode.invalid_request,
                          error_message="Share groups are not supported by this broker.")
-        elif key_type != KEY_TYPE_GROUP:
-            entry.update(error_code=ErrorCode.coordinator_not_available,
-                         error_message="Transactions are not supported by this broker.")
+        elif key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+            entry.update(error_code=ErrorCode.invalid_request,
+                         error_message=f"Unknown coordinator key type {key_type}.")
         elif info is None:
             entry.update(error_code=ErrorCode.coordinator_not_available,
-                         error_message="No live broker can coordinate this group.")
+                         error_message="No live broker can coordinate this key.")
         else:
             entry.update(error_code=ErrorCode.none, error_message=None, node_id=node,
                          host=info.host, port=info.port)

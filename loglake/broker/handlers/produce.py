@@ -12,13 +12,14 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kio.schema.errors import ErrorCode
-
 from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.handlers import transactions
 
 if TYPE_CHECKING:
+    from loglake.broker.metadata_cache import MetadataCache
     from loglake.broker.producer_ids import ProducerIds
     from loglake.broker.replica_manager import ProduceResult, ReplicaManager
+    from loglake.broker.transactions.coordinator import TransactionCoordinator
 
 
 class ProduceServices(Protocol):
@@ -29,6 +30,12 @@ class ProduceServices(Protocol):
 
     @property
     def producer_ids(self) -> ProducerIds: ...
+
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+
+    @property
+    def metadata(self) -> MetadataCache: ...
 
 
 async def produce(broker: ProduceServices, frame: RequestFrame) -> Any:
@@ -64,9 +71,8 @@ def _partition_response(result: ProduceResult) -> dict[str, Any]:
 async def init_producer_id(broker: ProduceServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(22, frame.api_version)
-    if request.transactional_id is not None:
-        return build(cls, {"error_code": ErrorCode.transactional_id_authorization_failed,
-                           "producer_id": -1, "producer_epoch": -1})
+    if request.transactional_id is not None:  # the transaction coordinator's
+        return await transactions.init_producer_id(broker, frame)
     producer_id = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if producer_id >= 0 and 0 <= epoch < 32766:

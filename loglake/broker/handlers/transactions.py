@@ -1,0 +1,176 @@
+"""InitProducerId (with a transactional id), AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+DescribeTransactions, ListTransactions: decode, one call to the transaction coordinator
+(broker/transactions/coordinator.py), encode.
+
+Error codes by request version, as Kafka's ``KafkaApis``: PRODUCER_FENCED (KIP-588) is answered
+as INVALID_PRODUCER_EPOCH to InitProducerId below v4 and to AddPartitionsToTxn, AddOffsetsToTxn
+and EndTxn below v2, whose clients do not know it. AddPartitionsToTxn checks the partitions
+first: if any is unknown, those get UNKNOWN_TOPIC_OR_PARTITION and the others
+OPERATION_NOT_ATTEMPTED, and nothing is added. DescribeTransactions answers a transaction start
+time of -1 for an id without a transaction since its last InitProducerId (Kafka's value).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.transactions.state import TransactionError, TransactionState
+
+if TYPE_CHECKING:
+    from loglake.broker.metadata_cache import MetadataCache
+    from loglake.broker.transactions.coordinator import TransactionCoordinator
+
+INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+OFFSETS_TOPIC = "__consumer_offsets"
+FENCED_CODE_SINCE = {INIT_PRODUCER_ID: 4, ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2,
+                     END_TXN: 2}
+"""First version of each API whose clients understand PRODUCER_FENCED."""
+
+
+class TransactionServices(Protocol):
+    """What these handlers use of the broker."""
+
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+
+    @property
+    def metadata(self) -> MetadataCache: ...
+
+
+def _ms(value: Any) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+def _code(exc: TransactionError, api_key: int, version: int) -> ErrorCode:
+    if exc.code is ErrorCode.producer_fenced and version < FENCED_CODE_SINCE[api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return exc.code
+
+
+async def init_producer_id(services: TransactionServices, frame: RequestFrame) -> Any:
+    """InitProducerId with a non-null transactional id (handlers/produce.py hands it here)."""
+    request = frame.body
+    cls = response_class(INIT_PRODUCER_ID, frame.api_version)
+    try:
+        producer_id, epoch = await services.transactions.init_producer_id(
+            request.transactional_id, timeout_ms=_ms(request.transaction_timeout),
+            producer_id=getattr(request, "producer_id", -1),
+            producer_epoch=getattr(request, "producer_epoch", -1))
+    except TransactionError as exc:
+        return build(cls, {"error_code": _code(exc, INIT_PRODUCER_ID, frame.api_version),
+                           "producer_id": -1, "producer_epoch": -1})
+    return build(cls, {"producer_id": producer_id, "producer_epoch": epoch})
+
+
+async def add_partitions_to_txn(services: TransactionServices, frame: RequestFrame) -> Any:
+    request = frame.body
+    topics = [(str(t.name), [int(p) for p in t.partitions])
+              for t in request.v3_and_below_topics]
+    wanted = [(name, p) for name, parts in topics for p in parts]
+    known = services.metadata.topics
+    unknown = {(name, p) for name, p in wanted
+               if name not in known or p not in known[name].assignment}
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    if unknown:
+        errors = {tp: (ErrorCode.unknown_topic_or_partition if tp in unknown
+                       else ErrorCode.operation_not_attempted) for tp in wanted}
+    else:
+        try:
+            await services.transactions.add_partitions(
+                request.v3_and_below_transactional_id,
+                producer_id=request.v3_and_below_producer_id,
+                epoch=request.v3_and_below_producer_epoch, partitions=wanted)
+            code = ErrorCode.none
+        except TransactionError as exc:
+            code = _code(exc, ADD_PARTITIONS_TO_TXN, frame.api_version)
+        errors = dict.fromkeys(wanted, code)
+    return build(response_class(ADD_PARTITIONS_TO_TXN, frame.api_version), {
+        "results_by_topic_v3_and_below": [
+            {"name": name, "results_by_partition": [
+                {"partition_index": p, "partition_error_code": errors[(name, p)]}
+                for p in parts]}
+            for name, parts in topics]})
+
+
+async def add_offsets_to_txn(services: TransactionServices, frame: RequestFrame) -> Any:
+    request = frame.body
+    code = ErrorCode.none
+    try:
+        await services.transactions.add_offsets(
+            request.transactional_id, producer_id=request.producer_id,
+            epoch=request.producer_epoch, group_id=request.group_id)
+    except TransactionError as exc:
+        code = _code(exc, ADD_OFFSETS_TO_TXN, frame.api_version)
+    return build(response_class(ADD_OFFSETS_TO_TXN, frame.api_version), {"error_code": code})
+
+
+async def end_txn(services: TransactionServices, frame: RequestFrame) -> Any:
+    request = frame.body
+    code = ErrorCode.none
+    try:
+        await services.transactions.end_txn(
+            request.transactional_id, producer_id=request.producer_id,
+            epoch=request.producer_epoch, commit=bool(request.committed))
+    except TransactionError as exc:
+        code = _code(exc, END_TXN, frame.api_version)
+    return build(response_class(END_TXN, frame.api_version), {"error_code": code})
+
+
+async def describe_transactions(services: TransactionServices, frame: RequestFrame) -> Any:
+    states = []
+    for transactional_id in frame.body.transactional_ids:
+        # an error entry carries the schema's defaults (zeros), as Kafka's
+        entry: dict[str, Any] = {"transactional_id": transactional_id, "producer_id": 0,
+                                 "producer_epoch": 0, "transaction_state": "",
+                                 "transaction_start_time": _time(0), "topics": []}
+        try:
+            meta = await services.transactions.describe(transactional_id)
+        except TransactionError as exc:
+            entry["error_code"] = exc.code
+            states.append(entry)
+            continue
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.partitions):
+            topics.setdefault(topic, []).append(partition)
+        for group in sorted(meta.groups):
+            topics.setdefault(OFFSETS_TOPIC, []).append(
+                services.transactions.offsets_partition_for(group))
+        entry.update(error_code=ErrorCode.none, transaction_state=meta.state.value,
+                     transaction_timeout=meta.timeout_ms,
+                     transaction_start_time=_time(meta.txn_start_ms),
+                     producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
+                     topics=[{"topic": t, "partitions": sorted(set(p))}
+                             for t, p in topics.items()])
+        states.append(entry)
+    return build(response_class(DESCRIBE_TRANSACTIONS, frame.api_version),
+                 {"transaction_states": states})
+
+
+async def list_transactions(services: TransactionServices, frame: RequestFrame) -> Any:
+    request = frame.body
+    names = {state.value: state for state in TransactionState}
+    wanted = frozenset(names[s] for s in request.state_filters if s in names)
+    unknown = [s for s in request.state_filters if s not in names]
+    listed = services.transactions.list_transactions(
+        states=wanted, producer_ids=frozenset(int(p) for p in request.producer_id_filters),
+        min_duration_ms=int(getattr(request, "duration_filter", -1)))
+    if unknown and not wanted:  # only unknown states asked for: nothing matches
+        listed = []
+    return build(response_class(LIST_TRANSACTIONS, frame.api_version), {
+        "unknown_state_filters": unknown,
+        "transaction_states": [{"transactional_id": m.transactional_id,
+                                "producer_id": m.producer_id,
+                                "transaction_state": m.state.value} for m in listed]})
+
+
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
