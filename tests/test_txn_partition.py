@@ -301,3 +301,60 @@ def test_restart_after_a_torn_tail_rebuilds_lso_and_aborted_list(tmp_path: Path)
     assert restarted.aborted_transactions(0, 10**6) == before[1]
     restarted.close()
     partition.close()
+
+
+_KILLED_WRITER = """
+import json, sys, time, dataclasses
+from pathlib import Path
+from loglake.broker.partition import Partition
+from loglake.catalog.zookeeper import PartitionState
+from loglake.config import TopicConfig
+from loglake.segments.records import Record, encode_batch
+
+config = dataclasses.replace(TopicConfig(), segment_bytes=1_500)
+p = Partition("t", 0, Path(sys.argv[1]), config, broker_id=1, replicas=(1,))
+p.apply_state(PartitionState(leader=1, leader_epoch=0, isr=(1,), zk_version=0))
+seqs = {1: 0, 2: 0, 3: 0}
+for i in range(42):  # producer 3 ends with an open transaction
+    for pid in (1, 2, 3):
+        if pid != 3 or i % 4 != 3:
+            p.append(encode_batch([Record(j, 1, None, b"v") for j in range(2)],
+                                  producer_id=pid, producer_epoch=0, base_sequence=seqs[pid],
+                                  is_transactional=True))
+            seqs[pid] += 2
+    p.write_txn_marker(1, 0, 0, commit=True)
+    p.write_txn_marker(2, 0, 0, commit=False)
+    if i % 4 == 2:
+        p.write_txn_marker(3, 0, 0, commit=False)
+    if i == 20:  # what the flush pass does meanwhile
+        p.log.flush()
+        p.log.write_checkpoints()
+end = p.log.log_end_offset
+print(json.dumps([p.last_stable_offset, end,
+                  [list(dataclasses.astuple(a)) for a in p.aborted_transactions(0, end)]]),
+      flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigkilled_leader_answers_the_same_lso_and_aborted_list(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    directory = tmp_path / "t-0"
+    process = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(directory)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # the writer is done and sleeps
+    finally:
+        process.kill()  # SIGKILL: no close, no clean-shutdown marker, no final snapshot
+        process.wait(timeout=30)
+    lso, end, aborted = json.loads(line)
+    assert not (directory / filenames.CLEAN_SHUTDOWN_MARKER).exists()
+    restarted = open_partition(directory, config=SMALL_SEGMENTS)
+    assert restarted.log.log_end_offset == end
+    assert restarted.last_stable_offset == lso < end
+    assert restarted.aborted_transactions(0, end) == [AbortedTxn(*a) for a in aborted]
+    restarted.close()

@@ -285,11 +285,14 @@ class ProducerStateTable:
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The smallest first offset of an open transaction or of a completed one whose
         marker is at or above ``high_watermark`` (see the module); None when none."""
-        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= high_watermark]
-        candidates = [t.first_offset for t in self._unreplicated]
-        if self._ongoing:
-            candidates.append(next(iter(self._ongoing)))
-        return min(candidates) if candidates else None
+        first = next(iter(self._ongoing), None)
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated
+                                  if t.last_offset >= high_watermark]
+            for txn in self._unreplicated:
+                if first is None or txn.first_offset < first:
+                    first = txn.first_offset
+        return first
 
     def open_transactions(self) -> list[tuple[int, int]]:
         """``(first offset, producer id)`` of every open transaction, oldest first."""
