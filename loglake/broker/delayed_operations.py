@@ -14,7 +14,9 @@ before the caller yields to the event loop).
   with REQUEST_TIMED_OUT at the request's timeout. The decision is the pure predicate
   :func:`replication_done`.
 * **Delayed fetch** (:func:`await_change`): the fetch path re-reads its partitions after any
-  of them changes or after the remaining wait (see ``ReplicaManager.fetch_messages``).
+  of them changes or after the remaining wait (see ``ReplicaManager.fetch_messages``). A
+  read_committed fetch waits on the same wake-ups: its bound, the last stable offset, moves
+  only when a marker is appended or the high watermark moves, and both wake the waiters.
 
 Thread-safety: event-loop thread only.
 """

@@ -4,7 +4,10 @@ Produce goes to :meth:`ReplicaManager.append_records <loglake.broker.replica_man
 ReplicaManager.append_records>`, which holds the rules (acks, min.insync.replicas, validation,
 the acks=all delayed produce). acks=0 gets no response frame at all (the handler returns None).
 Errors carry Kafka's code plus an ``error_message`` (v8+); INVALID_RECORD / INVALID_TIMESTAMP
-also ``record_errors`` naming the offending records by index (v8+, KIP-467).
+also ``record_errors`` naming the offending records by index (v8+, KIP-467). The request's
+``transactional_id`` goes along: transactional batches need it, and the transaction errors
+(INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, INVALID_RECORD for a control batch) are answered
+per partition with the same codes at every Produce version, as Kafka does.
 """
 
 from __future__ import annotations
