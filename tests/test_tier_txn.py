@@ -13,11 +13,18 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 
 from loglake.broker.partition import Partition
 from loglake.broker.tier_reads import committed_local_read
 from loglake.broker.tier_writer import _next_sealed
 from loglake.catalog.zookeeper import PartitionState
+from loglake.compaction.rewrite import (
+    RewriteOutcome,
+    RewritePlan,
+    legacy_transactions,
+    rewrite_partition,
+)
 from loglake.config import TopicConfig
 from loglake.segments import filenames
 from loglake.segments.batch import iter_batches
@@ -229,3 +236,56 @@ def test_a_local_answer_after_the_tier_holds_no_aborted_records(tmp_path: Path) 
             partition, 10, True))] == [3]
     finally:
         partition.close()
+
+
+# ------------------------------------------------------------------ compaction and optimize
+
+
+def _rewritten(storage: Storage, table: TieredTable, outcome: RewriteOutcome) -> pa.Table:
+    return pads.dataset([storage.path_in_fs(f"{table.uri}/{w.path}") for w in outcome.written],
+                        format="parquet").to_table().sort_by("offset")
+
+
+def test_compaction_and_optimize_work_on_tables_with_gaps_and_clean_legacy_ones(
+        tmp_path: Path) -> None:
+    storage = Storage.from_url(str(tmp_path / "tier"))
+    table = TieredTable(storage, "t")
+    table.ensure_created()
+    segment, aborted, kept = mixed_segment()
+    # partition 0: tiered now (gaps where aborted records and markers were)
+    path = filenames.log_file(tmp_path / "p0", 0)
+    path.parent.mkdir()
+    path.write_bytes(segment)
+    written = write_segment_file(storage, "t", 0, path, 0, 18, aborted)
+    assert written.pending is not None
+    assert table.commit(0, [written.pending], 17, expected_end=None)
+    # partition 1: a table tiered before: every record and marker of the same segment
+    legacy_rows = batches_to_rows(segment)
+    assert table.commit(1, [table.write_file(1, legacy_rows)], 17, expected_end=None)
+    for partition in (0, 1):
+        files = tuple(f.uri for f in table.files(partition, refresh=True))
+        optimized = _rewritten(storage, table, rewrite_partition(
+            storage, RewritePlan("t", partition, files)))
+        expected = kept if partition == 0 else list(range(18))
+        assert optimized.column("offset").to_pylist() == expected  # optimize keeps every row
+        outcome = rewrite_partition(storage, RewritePlan("t", partition, files,
+                                                         cleanable_end=18, now_ms=TS))
+        compacted = _rewritten(storage, table, outcome)
+        # keys k0..k2 (offset % 3): the last committed record of each key (an aborted record
+        # never supersedes one: k1's last is 4, not the aborted 7 or 10), and nothing of the
+        # aborted transaction or of any marker
+        assert compacted.column("offset").to_pylist() == [4, 15, 17], partition
+        assert not any(compacted.column("is_control").to_pylist())
+    assert rewrite_partition(storage, RewritePlan("t", 1, files, cleanable_end=18,
+                                                  now_ms=TS)).rows_in == 18
+
+
+def test_legacy_cleanup_keeps_transactions_whose_marker_is_not_in_the_input(
+        tmp_path: Path) -> None:
+    parts = [data(0, 2, ABORTED), data(2, 2, COMMITTED), marker(4, COMMITTED, commit=True)]
+    storage = Storage.from_url(str(tmp_path))
+    table = TieredTable(storage, "t")
+    table.ensure_created()
+    pending = table.write_file(0, batches_to_rows(b"".join(parts)))
+    gone = legacy_transactions(storage, [storage.path_in_fs(f"{table.uri}/{pending.path}")])
+    assert gone.to_pylist() == [4]  # only the decided marker; the open transaction's rows stay

@@ -13,9 +13,16 @@ Kafka's semantics on the table, per partition:
   (file granularity) -- exceeds ``min.cleanable.dirty.ratio``, or a dirty file holds a record
   older than ``max.compaction.lag.ms``;
 * the rewrite (rewrite.py): for each key the record with the highest offset stays, offsets
-  unchanged; null keys and transaction markers stay; a tombstone goes once its own
+  unchanged; null keys and quarantined rows stay; a tombstone goes once its own
   ``timestamp + delete.retention.ms`` has passed (simpler than Kafka's "after the segment was
-  cleaned", documented); superseded tombstones go at once.
+  cleaned", documented); superseded tombstones go at once;
+* transactions: Kafka's cleaner drops the records of aborted transactions and, once a
+  transaction's records are gone and ``delete.retention.ms`` passed, its marker. Here neither
+  ever enters a table (the tierer tiers committed data only, segments/tier_txn.py): their
+  offsets are gaps, which planning (file statistics) and the rewrite handle like compacted
+  ones. In tables tiered before, the rewrite drops markers and the records of the aborted
+  transactions they close (rewrite.py), and an aborted record never supersedes a committed
+  one.
 
 Execution: the driver plans from Delta file statistics; Spark runs one task per eligible
 partition (an RDD of one plan per slice) that reads its files with pyarrow

@@ -7,15 +7,27 @@ commit, which removes exactly ``plan.files``.
 
 Compaction (``plan.cleanable_end`` set; every input row has an offset below it):
 
-1. offset map: read ``offset, key, is_control`` of the input files and compute the highest
-   offset per non-null key (Arrow hash aggregation; memory: the key column of the partition's
-   cleanable rows, like Kafka's cleaner offset map, never the values);
+1. offset map: read ``offset, key, is_control`` (and the transaction columns) of the input
+   files and compute the highest offset per non-null data key (Arrow hash aggregation;
+   memory: the key column of the partition's cleanable rows, like Kafka's cleaner offset map,
+   never the values);
 2. recopy: read the input row groups in offset order and keep a row when it has a null key
-   (Kafka refuses those on compacted topics; we keep them), is a transaction marker or a
-   quarantined row (``is_control``: undecodable bytes the tierer kept, tier_rows.py), is the last
-   input row (the tier never ends in a gap, so fetches between it and the brokers' local log
-   never fall into nothing), or holds its key's highest offset -- unless it is a tombstone
-   (null value) whose ``timestamp + delete.retention.ms`` has passed.
+   (Kafka refuses those on compacted topics; we keep them), is a quarantined row
+   (``is_control`` with ``decode_error``: undecodable bytes the tierer kept, tier_rows.py), is
+   the last input row, or holds its key's highest offset -- unless it is a tombstone (null
+   value) whose ``timestamp + delete.retention.ms`` has passed.
+
+Transactions: tables hold committed data only -- the tierer never tiers aborted records or
+transaction markers (segments/tier_txn.py) -- so what Kafka's cleaner does for transactions
+(drop the records of aborted transactions, then drop a marker once its transaction's records
+are gone and ``delete.retention.ms`` passed) has nothing left to do, and the offsets where they
+were are gaps like any compacted offset (the last-row rule above is not needed by tier reads,
+which serve the local log after a gap at the table's tail, broker/tier_reads.py). Tables
+tiered before that may hold both: :func:`legacy_transactions` finds, from the markers in the
+input, the records of aborted transactions and the markers themselves, and the recopy drops
+them (a marker at once: no reader of a table needs one, tier reads answer no aborted
+transactions). Records of a transaction whose marker is not in the input (beyond the cleanable
+end) stay until a later run sees it. Optimize keeps every row (it changes no content).
 
 Optimize (``plan.cleanable_end`` None): recopy every row.
 
@@ -34,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import struct
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
@@ -41,8 +54,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from loglake.segments.batch import TRANSACTIONAL_BIT
 from loglake.segments.storage import Storage
-from loglake.segments.tier_rows import FILE_SCHEMA, conform_rows
+from loglake.segments.tier_rows import DECODE_ERROR, FILE_SCHEMA, STORED_SCHEMA, conform_rows
 from loglake.segments.tiered_table import PendingFile, TieredTable
 
 OUTPUT_FILE_ROWS = 2_000_000
@@ -89,18 +103,61 @@ class RewriteOutcome:
                    int(data["rows_in"]), int(data["rows_out"]))
 
 
-def latest_offsets(storage: Storage, paths: list[str]) -> tuple[pa.Array, int, int]:
-    """Pass 1: (highest offset of each non-null, non-control key; input rows; last offset)."""
+def latest_offsets(storage: Storage, paths: list[str], dropped: pa.Array | None = None
+                   ) -> tuple[pa.Array, int, int]:
+    """Pass 1: (highest offset of each non-null, non-control key; input rows; last offset),
+    leaving out the rows at the offsets ``dropped`` (legacy aborted records: like Kafka's
+    cleaner, an aborted record never supersedes a committed one)."""
     dataset = pads.dataset(paths, schema=FILE_SCHEMA, format="parquet",
                            filesystem=storage.pyarrow_filesystem())
     rows = dataset.to_table(columns=["offset", "key", "is_control"])
     if rows.num_rows == 0:
         return pa.array([], pa.int64()), 0, -1
     last = pc.max(rows.column("offset")).as_py()
-    keyed = rows.filter(pc.and_(pc.is_valid(rows.column("key")),
-                                pc.invert(rows.column("is_control"))))
-    latest = keyed.group_by("key", use_threads=False).aggregate([("offset", "max")])
+    keyed = pc.and_(pc.is_valid(rows.column("key")), pc.invert(rows.column("is_control")))
+    if dropped is not None and len(dropped):
+        keyed = pc.and_(keyed, pc.invert(pc.is_in(rows.column("offset"), value_set=dropped)))
+    latest = rows.filter(keyed).group_by("key", use_threads=False).aggregate([("offset", "max")])
     return latest.column("offset_max").combine_chunks(), rows.num_rows, int(last)
+
+
+def legacy_transactions(storage: Storage, paths: list[str]) -> pa.Array:
+    """Sorted offsets of the rows to drop from a table tiered before aborted records and
+    markers were left out (module docstring): every marker row, and every row of a
+    transactional batch of producer P that an ABORT marker of P closes (the batches of P since
+    its previous marker in the input). Empty for tables tiered since."""
+    dataset = pads.dataset(paths, schema=STORED_SCHEMA, format="parquet",
+                           filesystem=storage.pyarrow_filesystem())
+    transactional = pc.not_equal(pc.bit_wise_and(pc.field("attributes"), TRANSACTIONAL_BIT), 0)
+    rows = dataset.to_table(
+        columns=["offset", "key", "is_control", "batch_offset", "producer_id", DECODE_ERROR],
+        filter=transactional & pc.field(DECODE_ERROR).is_null())
+    if rows.num_rows == 0:
+        return pa.array([], pa.int64())
+    rows = rows.sort_by("offset")
+    batch_offsets = rows.column("batch_offset").combine_chunks()
+    n = rows.num_rows
+    changed = pc.not_equal(batch_offsets.slice(1), batch_offsets.slice(0, n - 1))
+    starts = [0, *pc.add(pc.indices_nonzero(changed), 1).to_pylist()]
+    first_rows = pa.array(starts, pa.int64())
+    heads = rows.take(first_rows).select(
+        ["batch_offset", "producer_id", "is_control", "key"]).to_pylist()
+    pending: dict[int, list[int]] = {}
+    dropped: list[int] = []  # batch offsets
+    for head in heads:
+        producer_id = int(head["producer_id"])
+        if not head["is_control"]:
+            pending.setdefault(producer_id, []).append(int(head["batch_offset"]))
+            continue
+        dropped.append(int(head["batch_offset"]))  # the marker
+        closed = pending.pop(producer_id, [])
+        key = head["key"]
+        if key is not None and len(key) >= 4 and struct.unpack_from(">h", key, 2)[0] == 0:
+            dropped += closed  # ABORT: the transaction's records go too
+    if not dropped:
+        return pa.array([], pa.int64())
+    drop = pc.is_in(batch_offsets, value_set=pa.array(dropped, pa.int64()))
+    return rows.column("offset").combine_chunks().filter(drop).sort()
 
 
 class _SortedOffsets:
@@ -118,7 +175,7 @@ class _SortedOffsets:
 
 
 def _keep_mask(rows: pa.Table, plan: RewritePlan, latest: _SortedOffsets,
-               last: int) -> pa.Array:
+               last: int, legacy: _SortedOffsets) -> pa.Array:
     offsets = rows.column("offset")
     keyed = pc.and_(pc.is_valid(rows.column("key")), pc.invert(rows.column("is_control")))
     bounds = pc.min_max(offsets)
@@ -129,7 +186,11 @@ def _keep_mask(rows: pa.Table, plan: RewritePlan, latest: _SortedOffsets,
         pc.is_null(rows.column("value")),
         pc.less_equal(rows.column("timestamp").cast(pa.int64()), cutoff_us))
     keep = pc.or_(pc.invert(keyed), pc.and_(is_latest, pc.invert(expired_tombstone)))
-    return pc.or_(keep, pc.equal(offsets, last))
+    keep = pc.or_(keep, pc.equal(offsets, last))
+    gone = legacy.within(bounds["min"].as_py(), bounds["max"].as_py())
+    if len(gone):
+        keep = pc.and_(keep, pc.invert(pc.is_in(offsets, value_set=gone)))
+    return keep
 
 
 def rewrite_partition(storage: Storage, plan: RewritePlan) -> RewriteOutcome:
@@ -137,10 +198,11 @@ def rewrite_partition(storage: Storage, plan: RewritePlan) -> RewriteOutcome:
     fs = storage.pyarrow_filesystem()
     paths = [storage.path_in_fs(uri) for uri in plan.files]
     compacting = plan.cleanable_end is not None
-    latest = _SortedOffsets(pa.array([], pa.int64()))
+    latest = legacy = _SortedOffsets(pa.array([], pa.int64()))
     last = -1
     if compacting:
-        latest_array, _rows, last = latest_offsets(storage, paths)
+        legacy = _SortedOffsets(legacy_transactions(storage, paths))
+        latest_array, _rows, last = latest_offsets(storage, paths, legacy.array)
         latest = _SortedOffsets(latest_array)
     writer = TieredTable(storage, plan.topic)
     written: list[PendingFile] = []
@@ -161,7 +223,7 @@ def rewrite_partition(storage: Storage, plan: RewritePlan) -> RewriteOutcome:
                 rows = conform_rows(parquet.read_row_group(index))
                 rows_in += rows.num_rows
                 if compacting:
-                    rows = rows.filter(_keep_mask(rows, plan, latest, last))
+                    rows = rows.filter(_keep_mask(rows, plan, latest, last, legacy))
                 if rows.num_rows == 0:
                     continue
                 rows_out += rows.num_rows
