@@ -226,6 +226,9 @@ ERROR_BODIES: dict[int, ErrorBody] = {
     20: _delete_topics,
     22: _init_producer_id,
     23: _offset_for_leader_epoch,
+    24: _top_level,  # AddPartitionsToTxn: v4+ (the versions we refuse) has a top-level code
+    25: _top_level,  # AddOffsetsToTxn
+    26: _top_level,  # EndTxn
     28: _offset_commit,  # TxnOffsetCommit: the same request and response shapes
     27: _write_txn_markers,
     32: _describe_configs,
@@ -238,6 +241,7 @@ ERROR_BODIES: dict[int, ErrorBody] = {
     47: _offset_delete,
     60: _top_level,  # DescribeCluster
     61: _describe_producers,
+    66: _top_level,  # ListTransactions
 }
 """API key → builder of its error response body. APIs missing here get no error response."""
 
