@@ -844,7 +844,8 @@ def _partition_error(where: str, code: ErrorCode, message: str | None) -> Broker
 
 
 def _raise_top_level(operation: str, response: Any) -> None:
-    error = _partition_error(operation, response.error_code, response.error_message)
+    error = _partition_error(operation, response.error_code,
+                             getattr(response, "error_message", None))
     if error is not None:
         raise error
 
