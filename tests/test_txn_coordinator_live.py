@@ -45,7 +45,9 @@ def _coordinator(dev: DevCluster, transactional_id: str) -> int:
             answer = client.request(10, 3, {"key": transactional_id, "key_type": 1})
         return answer.node_id if answer.error_code == ErrorCode.none else None
 
-    return wait_until(find, timeout=30, message=f"a coordinator for {transactional_id}")
+    found = wait_until(find, timeout=30, message=f"a coordinator for {transactional_id}")
+    assert found is not None
+    return found
 
 
 def _ask_coordinator(dev: DevCluster, transactional_id: str, api_key: int, version: int,
@@ -70,7 +72,7 @@ def _read_committed(dev: DevCluster, topic: str, partitions: int, count: int,
     try:
         got = consume_messages(consumer, count, timeout=30, what=f"records of {topic}")
         extra_seen = consumer.consume(100, timeout=1.0)
-        return sorted(m.value() for m in got + [m for m in extra_seen if not m.error()])
+        return sorted(m.value() or b"" for m in got + [m for m in extra_seen if not m.error()])
     finally:
         consumer.close()
 
