@@ -352,9 +352,11 @@ def test_leader_crash_keeps_lso_and_aborted_list(trio):
     wait_until(preferred_leads, timeout=60, message="the restarted broker leading again",
                ignore=(KafkaException,))
     assert _committed_view(trio, topic, 0) == before
-    b.commit_transaction(60)
-    lso, aborted = _committed_view(trio, topic, 0)
-    assert lso > before[0] and aborted == before[1]
+    b.commit_transaction(60)  # answered before the markers are written, as in Kafka
+    _lso, aborted = wait_until(
+        lambda: (view := _committed_view(trio, topic, 0))[0] > before[0] and view,
+        timeout=30, message="the LSO moving past the committed transaction")
+    assert aborted == before[1]
 
 
 # ---------------------------------------------------------------------------- exactly once
