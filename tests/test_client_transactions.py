@@ -133,3 +133,36 @@ def test_transactions_list_and_describe_commands(cluster: DevCluster, topic_name
     assert unknown.returncode == 1
     [line] = unknown.stderr.decode().splitlines()
     assert line.startswith("loglake: error: ") and "transactional_id_not_found" in line
+
+
+def test_run_transform_failure_leaves_only_committed_batches(cluster: DevCluster,
+                                                             topic_name: str) -> None:
+    """``func`` raising mid-batch aborts that batch: the output holds exactly the committed
+    batches, the group's offsets stop right after them, and a rerun completes the copy once."""
+    bootstrap = cluster.bootstrap_servers
+    source, dest = f"in.{topic_name}", f"out.{topic_name}"
+    create_topic(bootstrap, source, 1)
+    create_topic(bootstrap, dest, 1)
+    with Producer(bootstrap) as producer:
+        for i in range(100):
+            producer.send(source, str(i), partition=0)
+    group = f"failing-{uuid.uuid4().hex[:8]}"
+
+    def failing(record: Record) -> bytes:
+        if record.offset == 75:
+            raise ValueError("bad record")
+        return record.value or b""
+
+    with pytest.raises(ValueError, match="bad record"):
+        run_transform(bootstrap, source, dest, failing, group_id=group,
+                      transactional_id=group, max_batch=25, idle_timeout_s=20)
+    with Admin(bootstrap) as admin:
+        committed = admin.group_offsets(group)[(source, 0)]
+    assert committed <= 75
+    written = _values(_read(bootstrap, dest, "read_committed", 100))
+    assert written == sorted(str(i).encode() for i in range(committed))
+    stats = run_transform(bootstrap, source, dest, lambda r: r.value or b"", group_id=group,
+                          transactional_id=group, idle_timeout_s=3)
+    assert stats.records_in == 100 - committed
+    assert _values(_read(bootstrap, dest, "read_committed", 100)) == sorted(
+        str(i).encode() for i in range(100))

@@ -50,6 +50,8 @@ from loglake.client.model import HeadersInput, Record, TopicPartitionKey
 from loglake.client.producer import DEFAULT_TRANSACTION_TIMEOUT_MS, Producer
 
 _COMMIT_ATTEMPTS = 3
+_JOIN_WAIT_S = 30.0
+"""How much longer than ``idle_timeout_s`` to wait for the group to assign partitions."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,9 @@ def run_transform(
     one transaction per poll batch (see the module docstring); return what was done.
 
     Stops when ``should_stop()`` is true (checked between batches), after ``max_records`` input
-    records were committed, or when no record arrived for ``idle_timeout_s`` (None: never).
+    records were committed, or when no record arrived for ``idle_timeout_s`` (None: never)
+    since the last record or the last assignment of partitions (the group's first assignment
+    is waited for up to ``idle_timeout_s`` + 30 s).
     Raises :class:`~loglake.client.errors.FatalTransactionError` when fenced, the abortable
     error itself after ``max_aborts`` consecutive aborts, and whatever ``func`` raises (after
     aborting the open transaction: nothing of that batch becomes visible).
@@ -123,8 +127,10 @@ def run_transform(
         consumer.partitions_for(source_topic)  # fail fast on a missing topic
         producer.partitions_for(dest_topic)
         producer.init_transactions()
-        consumer.subscribe([source_topic])
-        idle_since = time.monotonic()
+        assigned_at: list[float] = []
+        consumer.subscribe([source_topic],
+                           on_assign=lambda _: assigned_at.append(time.monotonic()))
+        started = idle_since = time.monotonic()
         consecutive_aborts = 0
         while not (should_stop is not None and should_stop()):
             if max_records is not None and stats.records_in >= max_records:
@@ -133,7 +139,10 @@ def run_transform(
                 max_batch, max_records - stats.records_in)
             batch = _poll_batch(consumer, wanted, poll_timeout_s)
             if not batch:
-                if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
+                now = time.monotonic()
+                if idle_timeout_s is not None and (
+                        now - max(idle_since, assigned_at[-1]) >= idle_timeout_s
+                        if assigned_at else now - started >= idle_timeout_s + _JOIN_WAIT_S):
                     break
                 continue
             idle_since = time.monotonic()
