@@ -159,6 +159,18 @@ class TierReads:
             return None
         return committed_local_read(partition, max_bytes, min_one_batch)
 
+    async def offset_for_timestamp(self, partition: Partition,
+                                   timestamp_ms: int) -> tuple[int, int] | None:
+        """ListOffsets by time over the tiered offsets below the local log start."""
+        if self._state.storage is None:
+            return None
+        reader = self.table(partition.topic)
+        hit = await reader.call(reader.table.offset_for_timestamp, partition.index,
+                                timestamp_ms)
+        if hit is not None and hit[0] < partition.log_start_offset:
+            return hit
+        return None
+
 
 def committed_local_read(partition: Partition, max_bytes: int, min_one_batch: bool) -> bytes:
     """Batches from the local log start below the last stable offset, without those of aborted
@@ -184,18 +196,6 @@ def committed_local_read(partition: Partition, max_bytes: int, min_one_batch: bo
             return kept
         position = end
     return b""
-
-    async def offset_for_timestamp(self, partition: Partition,
-                                   timestamp_ms: int) -> tuple[int, int] | None:
-        """ListOffsets by time over the tiered offsets below the local log start."""
-        if self._state.storage is None:
-            return None
-        reader = self.table(partition.topic)
-        hit = await reader.call(reader.table.offset_for_timestamp, partition.index,
-                                timestamp_ms)
-        if hit is not None and hit[0] < partition.log_start_offset:
-            return hit
-        return None
 
 
 def _refreshed_start(table: TieredTable, partition: int) -> int | None:
