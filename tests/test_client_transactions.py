@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,26 @@ def test_run_transform_failure_leaves_only_committed_batches(cluster: DevCluster
     assert stats.records_in == 100 - committed
     assert _values(_read(bootstrap, dest, "read_committed", 100)) == sorted(
         str(i).encode() for i in range(100))
+
+
+def test_list_merges_every_coordinator(tmp_path: Path, zookeeper_hosts: str) -> None:
+    """With 3 brokers the transactional ids spread over several coordinators; the listing
+    holds every id once, each with the coordinator that describes it."""
+    with DevCluster(tmp_path / "dev", zookeeper=zookeeper_hosts, brokers=3) as cluster:
+        bootstrap = cluster.bootstrap_servers
+        with Admin(bootstrap) as admin:
+            admin.create_topic("merged", partitions=3, replication_factor=3)
+        ids = [f"merge-{i}-{uuid.uuid4().hex[:6]}" for i in range(12)]
+        for transactional_id in ids:
+            producer = Producer(bootstrap, transactional_id=transactional_id)
+            with producer.transaction():
+                producer.send("merged", transactional_id)
+        with Admin(bootstrap) as admin:
+            listed = {t.transactional_id: t for t in admin.list_transactions()}
+            assert set(ids) <= set(listed)
+            coordinators = {admin.describe_transaction(i).coordinator: i for i in ids}
+            for transactional_id in ids:
+                assert listed[transactional_id].state == "CompleteCommit"
+                assert listed[transactional_id].coordinator == admin.describe_transaction(
+                    transactional_id).coordinator
+        assert len(coordinators) >= 2, "12 ids should not all land on one coordinator"
