@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.metadata_cache import MetadataCache
+from loglake.broker.transactions import coordinator as coordinator_module
 from loglake.broker.transactions.coordinator import TransactionCoordinator
 from loglake.broker.transactions.markers import MarkerOrder
 from loglake.broker.transactions.ownership import coordinator_for_partition, state_partition_for
@@ -94,6 +95,12 @@ def zk_connect(zookeeper_hosts: str) -> str:
         root.stop()
         root.close()
     return zookeeper_hosts + chroot
+
+
+@pytest.fixture(autouse=True)
+def short_end_txn_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """EndTxn answers after at most 0.3 s of held markers (tests that hold them)."""
+    monkeypatch.setattr(coordinator_module, "END_TXN_WAIT_S", 0.3)
 
 
 @pytest.fixture
@@ -172,12 +179,12 @@ def test_transitions_are_written_to_zookeeper(
         assert stored is not None and stored.state.value == "Ongoing"
         assert stored.partitions == {("t", 0), ("t", 1)} and stored.groups == {"g"}
         await coordinator.end_txn(txn, producer_id=pid, epoch=0, commit=True)
-        await _settle()
+        # answered once the markers are written and the transaction completed
+        assert _stored(zk_connect, txn).state.value == "CompleteCommit"  # type: ignore
         (order,) = node.markers.orders
         assert (order.producer_id, order.producer_epoch, order.commit) == (pid, 0, True)
         assert order.partitions == {("t", 0), ("t", 1)} and order.groups == {"g"}
         assert order.coordinator_epoch == 0  # the first takeover of this partition
-        assert _stored(zk_connect, txn).state.value == "CompleteCommit"  # type: ignore
         # a commit retried after it completed succeeds; an unknown id has no mapping
         await coordinator.end_txn(txn, producer_id=pid, epoch=0, commit=True)
         assert await _code(coordinator.add_partitions(

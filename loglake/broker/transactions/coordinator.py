@@ -22,10 +22,14 @@ get COORDINATOR_LOAD_IN_PROGRESS.
 
 **Requests.** Each id has an asyncio lock: one request (or timer action) decides and writes at a
 time, the next one sees its result (state.py holds every decision). A transition is answered only
-after its version-checked ZooKeeper write succeeded. EndTxn answers once PrepareCommit /
-PrepareAbort is written, as Kafka; the markers (markers.py) are then sent by a task of the
-partition, and CompleteCommit/CompleteAbort is written when all are acknowledged. Meanwhile
-AddPartitionsToTxn, AddOffsetsToTxn and InitProducerId answer CONCURRENT_TRANSACTIONS.
+after its version-checked ZooKeeper write succeeded. EndTxn writes PrepareCommit /
+PrepareAbort; the markers (markers.py) are then sent by a task of the partition, and
+CompleteCommit/CompleteAbort is written when all are acknowledged. Meanwhile
+AddPartitionsToTxn, AddOffsetsToTxn and InitProducerId answer CONCURRENT_TRANSACTIONS. Kafka
+answers EndTxn as soon as the prepare is written; we answer when the transaction completed (at
+most ``END_TXN_WAIT_S`` later, then as Kafka): a producer that committed then reads its own
+records with read_committed, and its next transaction does not begin with
+CONCURRENT_TRANSACTIONS retries. The answer is the same either way (the decision is durable).
 InitProducerId of a new producer instance while a transaction is Ongoing bumps the epoch (the
 old instance is fenced), aborts that transaction, and answers CONCURRENT_TRANSACTIONS until the
 abort completed (the client retries, then gets the next epoch).
@@ -91,6 +95,9 @@ from loglake.faults import crash_point
 
 log = logging.getLogger(__name__)
 TICK_S = 0.25
+END_TXN_WAIT_S = 5.0
+"""How long EndTxn waits for the markers before it answers anyway (the decision is durable
+once PrepareCommit/PrepareAbort is written, which is when Kafka answers)."""
 LOAD_WAIT_S = 5.0
 """How long a request waits for the takeover of its partition before COORDINATOR_LOAD_IN_
 PROGRESS."""
@@ -306,10 +313,12 @@ class TransactionCoordinator:
                                    f"{meta.transactional_id}.")
         part.entries[meta.transactional_id] = _Entry(meta, new_version)
 
-    def _send_markers(self, part: StatePartition, prepared: TransactionMetadata) -> None:
+    def _send_markers(self, part: StatePartition,
+                      prepared: TransactionMetadata) -> asyncio.Future[None]:
         task = asyncio.ensure_future(self._complete(part, prepared))
         part.tasks.add(task)
         task.add_done_callback(part.tasks.discard)
+        return task
 
     async def _complete(self, part: StatePartition, prepared: TransactionMetadata) -> None:
         """Write the markers of a prepared transaction, then CompleteCommit/CompleteAbort."""
@@ -394,8 +403,9 @@ class TransactionCoordinator:
 
     async def end_txn(self, transactional_id: str, *, producer_id: int, epoch: int,
                       commit: bool) -> None:
-        """EndTxn: returns once PrepareCommit/PrepareAbort is written (or the same outcome
-        already completed)."""
+        """EndTxn: returns once the transaction completed, or at the latest
+        ``END_TXN_WAIT_S`` after PrepareCommit/PrepareAbort was written (or at once when the
+        same outcome already completed)."""
         part = await self._owned(transactional_id)
         async with part.lock(transactional_id):
             entry = self._entry(part, transactional_id)
@@ -405,7 +415,8 @@ class TransactionCoordinator:
                 return
             await self._store(part, new, entry.version)
             crash_point("txn-after-prepare-commit" if commit else "txn-after-prepare-abort")
-            self._send_markers(part, new)
+            completion = self._send_markers(part, new)
+        await asyncio.wait({completion}, timeout=END_TXN_WAIT_S)
 
     @staticmethod
     def _entry(part: StatePartition, transactional_id: str) -> _Entry:
