@@ -41,9 +41,14 @@ def _topic(dev: DevCluster, prefix: str, partitions: int = 2) -> str:
 
 def _coordinator(dev: DevCluster, transactional_id: str) -> int:
     def find() -> int | None:
-        with WireClient.connect(dev.bootstrap_servers) as client:
-            answer = client.request(10, 3, {"key": transactional_id, "key_type": 1})
-        return answer.node_id if answer.error_code == ErrorCode.none else None
+        for address in dev.bootstrap_servers.split(","):  # any live broker answers
+            try:
+                with WireClient.connect(address) as client:
+                    answer = client.request(10, 3, {"key": transactional_id, "key_type": 1})
+            except OSError:
+                continue
+            return answer.node_id if answer.error_code == ErrorCode.none else None
+        return None
 
     found = wait_until(find, timeout=30, message=f"a coordinator for {transactional_id}")
     assert found is not None
