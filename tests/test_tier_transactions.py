@@ -10,10 +10,10 @@ reports as ground truth (offsets of committed and of aborted records):
 * a read_committed Kafka consumer from offset 0 (served from the table: local segments are
   gone) gets exactly the committed records, and so does a read_uncommitted one for the tiered
   offsets;
-* while a transaction is open, ListOffsets(latest, read_committed) and the batch source's
-  ``latest`` are its first offset: the Spark batch read returns every committed record and
-  none of the open transaction's; with ``kafka.isolation.level=read_uncommitted`` the read
-  goes on to the high watermark;
+* while a transaction is open, ListOffsets(latest, read_committed) and the sources' ``latest``
+  are its first offset: the Spark batch read and a streaming query (availableNow) return every
+  committed record and none of the open transaction's, without waiting on it; with
+  ``kafka.isolation.level=read_uncommitted`` the batch read goes on to the high watermark;
 * compaction (Spark) of the table and a Spark SQL view afterwards: the last committed value
   of every key, offsets intact, nothing aborted.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
@@ -114,8 +115,8 @@ def _spark_read(spark: Any, cluster: DevCluster, topic: str, **options: str) -> 
 
 
 @pytest.mark.timeout(600)
-def test_tables_and_spark_hold_only_committed_transactions(spark: Any,
-                                                           cluster: DevCluster) -> None:
+def test_tables_and_spark_hold_only_committed_transactions(
+        spark: Any, cluster: DevCluster, tmp_path: Path) -> None:
     topic = f"txn-tier-{uuid.uuid4().hex[:8]}"
     create_topic(cluster.bootstrap_servers, topic, 1, TOPIC_CONFIG)
     writer = TxnWriter(cluster.bootstrap_servers, topic)
@@ -167,6 +168,7 @@ def test_tables_and_spark_hold_only_committed_transactions(spark: Any,
         "kafka.isolation.level": "read_uncommitted"})
     assert set(open_offsets) <= set(everything)
     assert {o: v for o, v in everything.items() if o in committed} == committed
+    assert _stream_available_now(spark, cluster, topic, tmp_path) == committed
     writer.producer.abort_transaction(30)
     aborted.update(writer.pending)
     writer.pending = {}
@@ -185,6 +187,25 @@ def test_tables_and_spark_hold_only_committed_transactions(spark: Any,
         last_by_key[keys[offset]] = offset
     assert set(last_by_key.values()) <= set(view)
     writer.producer.flush(10)
+
+
+def _stream_available_now(spark: Any, cluster: DevCluster, topic: str,
+                          tmp_path: Path) -> Placed:
+    """What a streaming query (trigger availableNow, from earliest) reads of ``topic``."""
+    rows: list[Any] = []
+
+    def collect(frame: Any, _batch_id: int) -> None:
+        rows.extend(frame.select("offset", "value").collect())
+
+    query = (spark.readStream.format("loglake").option("zookeeper", cluster.zookeeper_connect)
+             .option("subscribe", topic).option("startingOffsets", "earliest").load()
+             .writeStream.foreachBatch(collect)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    placed = {r["offset"]: bytes(r["value"]) for r in rows}
+    assert len(placed) == len(rows), "an offset read twice"
+    return placed
 
 
 def _consume(cluster: DevCluster, topic: str, isolation: str, count: int) -> Placed:
