@@ -4,7 +4,9 @@ A process (broker or clean-up job) started with ``LOGLAKE_CRASH_AT=<point>[,<poi
 environment SIGKILLs itself the first time it reaches one of those points, so tests can cut a
 multi-step protocol (e.g. tiering: Parquet written -> Delta commit -> bookkeeping) at an exact
 step. Without the variable every call is a no-op. Points in use: ``tier-after-write``,
-``tier-after-commit`` (broker); ``<operation>-before-commit`` and ``<operation>-after-commit``
+``tier-after-commit``, ``txn-after-prepare-commit``, ``txn-after-prepare-abort`` (broker: the
+transaction coordinator right after EndTxn's prepare is written, before any marker);
+``<operation>-before-commit`` and ``<operation>-after-commit``
 for the jobs' replace commits, operation one of ``compact``, ``optimize``, ``retention``
 (compaction/common.py).
 """
