@@ -332,6 +332,9 @@ class TransactionCoordinator:
         except CoordinatorFencedError as exc:
             await self._resign(part.index, str(exc))
             return
+        except Exception:  # unexpected: the next takeover of the partition resumes it
+            log.exception("sending the markers of %s failed", prepared.transactional_id)
+            return
         async with part.lock(prepared.transactional_id):
             entry = part.entries.get(prepared.transactional_id)
             if entry is None or entry.meta != prepared or not self._still_owned(part):
@@ -462,8 +465,8 @@ class TransactionCoordinator:
                     if current is None or not timed_out(current.meta, now) \
                             or not self._still_owned(part):
                         continue
-                    new = fence_and_abort(current.meta, now_ms=now)
                     try:
+                        new = fence_and_abort(current.meta, now_ms=now)
                         await self._store(part, new, current.version)
                     except TransactionError as exc:
                         log.info("aborting timed-out %s: %s", transactional_id, exc)
