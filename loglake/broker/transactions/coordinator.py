@@ -230,8 +230,9 @@ class TransactionCoordinator:
             return None
         self.partitions[index] = part
         prepared = [e.meta for e in part.entries.values() if e.meta.state in PREPARED]
-        log.info("coordinating transaction state partition %d (coordinator epoch %d): %d ids, "
-                 "%d to complete", index, epoch, len(part.entries), len(prepared))
+        log.log(logging.INFO if part.entries else logging.DEBUG,
+                "coordinating transaction state partition %d (coordinator epoch %d): %d ids, "
+                "%d to complete", index, epoch, len(part.entries), len(prepared))
         for meta in prepared:
             self._send_markers(part, meta)
         return part
@@ -242,7 +243,8 @@ class TransactionCoordinator:
         if part is not None:
             for task in part.tasks:
                 task.cancel()
-            log.info("no longer coordinating transaction state partition %d: %s", index, reason)
+            log.log(logging.INFO if part.entries else logging.DEBUG,
+                    "no longer coordinating transaction state partition %d: %s", index, reason)
         return part
 
     async def _resign(self, index: int, reason: str) -> None:
