@@ -9,6 +9,8 @@ the tierer to move the sealed segments into the topic's Delta table and runs a S
 over the topic, whose rows come partly from the Delta table and partly from the brokers' hot
 tail, checking that it sees every record exactly once; last, runs the clean-up jobs and shows
 their effect (loglake/demo_jobs.py: compaction of a profiles topic, retention of an events topic).
+Between the failover and the query it shows transactions (loglake/demo_txn.py: atomic writes
+over three partitions, aborts, a fenced zombie, read_committed vs read_uncommitted counts).
 It prints what happened and shuts everything down (``loglake dev down``) even when a step
 fails. Data stays in ``--data`` so a second run shows the log growing across restarts.
 """
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loglake import demo_jobs
+from loglake import demo_jobs, demo_txn
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.client import Admin, BrokerError, Consumer, Producer
 from loglake.client.model import TopicInfo
@@ -57,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"    {line}")
     try:
         _scenario(args.data, info.bootstrap_servers, args.records)
+        demo_txn.run(info.bootstrap_servers, replicas=BROKERS)
         status = _wait_tiering(info.zookeeper_connect)
         from loglake.streaming.sql_cli import quiet_session
 

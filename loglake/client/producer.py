@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 from kio.schema.errors import ErrorCode
 
@@ -42,6 +42,7 @@ from loglake.client._common import (
 )
 from loglake.client.errors import (
     ClientError,
+    FatalTransactionError,
     from_exception,
     from_kafka_error,
     transaction_exception,
@@ -427,17 +428,27 @@ class Producer:
         """Wait until every queued record is reported; returns how many are still pending.
 
         Without ``timeout`` this waits at most about ``delivery_timeout_ms``, after which every
-        undelivered record has failed with ``request_timed_out``.
+        undelivered record has failed with ``request_timed_out``. A transactional producer in a
+        failed state raises the typed transaction error (e.g. :class:`FatalTransactionError`
+        once fenced).
         """
-        return self._producer.flush(-1 if timeout is None else timeout)
+        try:
+            return self._producer.flush(-1 if timeout is None else timeout)
+        except KafkaException as exc:
+            raise transaction_exception(exc, f"flush of producer to {self._bootstrap}") from exc
 
     def __len__(self) -> int:
         """Records sent but not yet reported."""
         return len(self._producer)
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush; raises :class:`ClientError` if records are still pending after ``timeout``."""
-        pending = self.flush(timeout)
+        """Flush; raises :class:`ClientError` if records are still pending after ``timeout``.
+        A producer that is fenced (or failed fatally) has nothing left to deliver: closing it
+        does not raise again."""
+        try:
+            pending = self.flush(timeout)
+        except FatalTransactionError:
+            return
         if pending:
             raise ClientError(
                 f"producer to {self._bootstrap}: {pending} records still undelivered at close",
