@@ -5,7 +5,8 @@ environment SIGKILLs itself the first time it reaches one of those points, so te
 multi-step protocol (e.g. tiering: Parquet written -> Delta commit -> bookkeeping) at an exact
 step. Without the variable every call is a no-op. Points in use: ``tier-after-write``,
 ``tier-after-commit``, ``txn-after-prepare-commit``, ``txn-after-prepare-abort`` (broker: the
-transaction coordinator right after EndTxn's prepare is written, before any marker);
+transaction coordinator right after EndTxn's prepare is written, before any marker),
+``txn-between-markers`` (broker: the first destination acknowledged an EndTxn's markers);
 ``<operation>-before-commit`` and ``<operation>-after-commit``
 for the jobs' replace commits, operation one of ``compact``, ``optimize``, ``retention``
 (compaction/common.py).

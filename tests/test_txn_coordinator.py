@@ -42,7 +42,8 @@ class RecordingMarkers:
         self.hold = False
         self.release = asyncio.Event()
 
-    async def send(self, order: MarkerOrder, *, still_owner: Callable[[], bool]) -> None:
+    async def send(self, order: MarkerOrder, *, still_owner: Callable[[], bool],
+                   crash_at: str | None = None) -> None:
         self.orders.append(order)
         if self.hold:
             await self.release.wait()

@@ -496,12 +496,13 @@ class Admin:
             host, port = str(node.host), int(node.port)
 
             def ask(host: str = host, port: int = port, where: str = where) -> Any:
-                return _wire.request(host, port, *_LIST_TRANSACTIONS, body,
-                                     timeout=_left(deadline), client_id=self._client_id,
-                                     operation=where)
+                response = _wire.request(host, port, *_LIST_TRANSACTIONS, body,
+                                         timeout=_left(deadline), client_id=self._client_id,
+                                         operation=where)
+                _raise_top_level(where, response)  # retried while the broker loads
+                return response
 
             response = self._retrying(deadline, ask)
-            _raise_top_level(where, response)
             unknown = list(getattr(response, "unknown_state_filters", ()) or ())
             if unknown:
                 raise BrokerError(f"{operation}: unknown transaction state "

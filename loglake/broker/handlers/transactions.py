@@ -8,6 +8,9 @@ and EndTxn below v2, whose clients do not know it. AddPartitionsToTxn checks the
 first: if any is unknown, those get UNKNOWN_TOPIC_OR_PARTITION and the others
 OPERATION_NOT_ATTEMPTED, and nothing is added. DescribeTransactions answers a transaction start
 time of -1 for an id without a transaction since its last InitProducerId (Kafka's value).
+InitProducerId with only one of producer id / epoch set (the other -1) is INVALID_REQUEST, as
+Kafka's. ListTransactions answers COORDINATOR_LOAD_IN_PROGRESS while this broker loads a state
+partition and COORDINATOR_NOT_AVAILABLE without a ZooKeeper lease (top-level error, no list).
 """
 
 from __future__ import annotations
@@ -60,11 +63,15 @@ async def init_producer_id(services: TransactionServices, frame: RequestFrame) -
     """InitProducerId with a non-null transactional id (handlers/produce.py hands it here)."""
     request = frame.body
     cls = response_class(INIT_PRODUCER_ID, frame.api_version)
+    expected_id = int(getattr(request, "producer_id", -1))
+    expected_epoch = int(getattr(request, "producer_epoch", -1))
+    if (expected_id == -1) != (expected_epoch == -1):  # KafkaApis: both -1 or neither
+        return build(cls, {"error_code": ErrorCode.invalid_request, "producer_id": -1,
+                           "producer_epoch": -1})
     try:
         producer_id, epoch = await services.transactions.init_producer_id(
             request.transactional_id, timeout_ms=_ms(request.transaction_timeout),
-            producer_id=getattr(request, "producer_id", -1),
-            producer_epoch=getattr(request, "producer_epoch", -1))
+            producer_id=expected_id, producer_epoch=expected_epoch)
     except TransactionError as exc:
         return build(cls, {"error_code": _code(exc, INIT_PRODUCER_ID, frame.api_version),
                            "producer_id": -1, "producer_epoch": -1})
@@ -160,13 +167,17 @@ async def list_transactions(services: TransactionServices, frame: RequestFrame) 
     names = {state.value: state for state in TransactionState}
     wanted = frozenset(names[s] for s in request.state_filters if s in names)
     unknown = [s for s in request.state_filters if s not in names]
-    listed = services.transactions.list_transactions(
-        states=wanted, producer_ids=frozenset(int(p) for p in request.producer_id_filters),
-        min_duration_ms=int(getattr(request, "duration_filter", -1)))
+    code = ErrorCode.none
+    try:
+        listed = services.transactions.list_transactions(
+            states=wanted, producer_ids=frozenset(int(p) for p in request.producer_id_filters),
+            min_duration_ms=int(getattr(request, "duration_filter", -1)))
+    except TransactionError as exc:
+        code, listed, unknown = exc.code, [], []
     if unknown and not wanted:  # only unknown states asked for: nothing matches
         listed = []
     return build(response_class(LIST_TRANSACTIONS, frame.api_version), {
-        "unknown_state_filters": unknown,
+        "error_code": code, "unknown_state_filters": unknown,
         "transaction_states": [{"transactional_id": m.transactional_id,
                                 "producer_id": m.producer_id,
                                 "transaction_state": m.state.value} for m in listed]})

@@ -41,7 +41,10 @@ every ``transactional.id.expiration.check.interval.ms`` ids idle in Empty/Comple
 CompleteAbort for ``transactional.id.expiration.ms`` are deleted.
 
 Crash points (loglake/faults.py): ``txn-after-prepare-commit`` and ``txn-after-prepare-abort``,
-right after EndTxn's PrepareCommit/PrepareAbort is written, before any marker is sent.
+right after EndTxn's PrepareCommit/PrepareAbort is written, before any marker is sent;
+``txn-between-markers``, when the first broker acknowledged the markers of an EndTxn (the
+others may not be written yet; markers re-sent at takeover never reach it, so the next
+coordinator survives it).
 
 Runs on the broker's event loop (not thread-safe); ZooKeeper I/O through the session's executor.
 Depends on the ZooKeeper session, the metadata cache, the config, a producer id allocator and
@@ -88,7 +91,7 @@ from loglake.broker.transactions.state import (
     timed_out,
 )
 from loglake.broker.zk_session import ZkSession
-from loglake.catalog.transactions import StaleTransactionStateError
+from loglake.catalog.transactions import StaleTransactionStateError, TransactionStore
 from loglake.catalog.zookeeper import CatalogClosedError
 from loglake.config import BrokerConfig
 from loglake.faults import crash_point
@@ -107,6 +110,19 @@ PROGRESS."""
 class _Entry:
     meta: TransactionMetadata
     version: int  # of the id's znode
+
+
+def _load_entries(store: TransactionStore, index: int) -> dict[str, _Entry]:
+    """Every id of state partition ``index``, decoded (runs on the ZooKeeper executor)."""
+    entries = {}
+    for transactional_id, (raw, version) in store.load(index).items():
+        try:
+            entries[transactional_id] = _Entry(
+                TransactionMetadata.decode(transactional_id, raw), version)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("transactional id %s: unreadable state %r (%s); ignored",
+                        transactional_id, raw[:80], exc)
+    return entries
 
 
 @dataclass
@@ -215,15 +231,9 @@ class TransactionCoordinator:
                       index)
             return None
         epoch, epoch_version = await self.zk.call(self.store.take_over, index, self.me)
-        stored = await self.zk.call(self.store.load, index)
         part = StatePartition(index, epoch, epoch_version)
-        for transactional_id, (raw, version) in stored.items():
-            try:
-                part.entries[transactional_id] = _Entry(
-                    TransactionMetadata.decode(transactional_id, raw), version)
-            except (ValueError, KeyError, TypeError) as exc:
-                log.warning("transactional id %s: unreadable state %r (%s); ignored",
-                            transactional_id, raw[:80], exc)
+        # read and decoded on the ZooKeeper executor: thousands of ids never stall the loop
+        part.entries = await self.zk.call(_load_entries, self.store, index)
         if not self._should_own(index):
             with contextlib.suppress(Exception):
                 await self.zk.call(self.store.release, index)
@@ -315,20 +325,22 @@ class TransactionCoordinator:
                                    f"{meta.transactional_id}.")
         part.entries[meta.transactional_id] = _Entry(meta, new_version)
 
-    def _send_markers(self, part: StatePartition,
-                      prepared: TransactionMetadata) -> asyncio.Future[None]:
-        task = asyncio.ensure_future(self._complete(part, prepared))
+    def _send_markers(self, part: StatePartition, prepared: TransactionMetadata, *,
+                      crash_at: str | None = None) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(self._complete(part, prepared, crash_at))
         part.tasks.add(task)
         task.add_done_callback(part.tasks.discard)
         return task
 
-    async def _complete(self, part: StatePartition, prepared: TransactionMetadata) -> None:
+    async def _complete(self, part: StatePartition, prepared: TransactionMetadata,
+                        crash_at: str | None = None) -> None:
         """Write the markers of a prepared transaction, then CompleteCommit/CompleteAbort."""
         order = MarkerOrder(prepared.producer_id, prepared.producer_epoch,
                             prepared.state is TransactionState.PREPARE_COMMIT,
                             part.coordinator_epoch, prepared.partitions, prepared.groups)
         try:
-            await self.markers.send(order, still_owner=lambda: self._still_owned(part))
+            await self.markers.send(order, still_owner=lambda: self._still_owned(part),
+                                    crash_at=crash_at)
         except MarkersAbandonedError:
             return
         except CoordinatorFencedError as exc:
@@ -351,7 +363,13 @@ class TransactionCoordinator:
     async def init_producer_id(self, transactional_id: str, *, timeout_ms: int,
                                producer_id: int = -1, producer_epoch: int = -1
                                ) -> tuple[int, int]:
-        """InitProducerId with a transactional id: (producer id, epoch) or TransactionError."""
+        """InitProducerId with a transactional id: (producer id, epoch) or TransactionError.
+        Checked in Kafka's order: an empty id (INVALID_REQUEST), the timeout
+        (INVALID_TRANSACTION_TIMEOUT, even on a broker that does not coordinate the id), then
+        ownership."""
+        if not transactional_id:
+            raise TransactionError(ErrorCode.invalid_request,
+                                   "The transactional id must not be empty.")
         if timeout_ms <= 0 or timeout_ms > self.config.transaction_max_timeout_ms:
             raise TransactionError(
                 ErrorCode.invalid_transaction_timeout,
@@ -420,7 +438,7 @@ class TransactionCoordinator:
                 return
             await self._store(part, new, entry.version)
             crash_point("txn-after-prepare-commit" if commit else "txn-after-prepare-abort")
-            completion = self._send_markers(part, new)
+            completion = self._send_markers(part, new, crash_at="txn-between-markers")
         await asyncio.wait({completion}, timeout=END_TXN_WAIT_S)
 
     @staticmethod
@@ -445,7 +463,19 @@ class TransactionCoordinator:
     def list_transactions(self, *, states: frozenset[TransactionState],
                           producer_ids: frozenset[int],
                           min_duration_ms: int = -1) -> list[TransactionMetadata]:
-        """ListTransactions: the ids this broker coordinates that pass the filters."""
+        """ListTransactions: the ids this broker coordinates that pass the filters.
+        COORDINATOR_NOT_AVAILABLE without a ZooKeeper lease (Kafka: an inactive coordinator)
+        and COORDINATOR_LOAD_IN_PROGRESS while a state partition is being loaded (Kafka's
+        ``loadingPartitions``), rather than a list missing that partition's ids; both are
+        retriable."""
+        if not self.zk.healthy():
+            raise TransactionError(ErrorCode.coordinator_not_available,
+                                   "This broker has no live ZooKeeper session.")
+        if self._loading:
+            raise TransactionError(
+                ErrorCode.coordinator_load_in_progress,
+                f"Broker {self.me} is loading transaction state partition(s) "
+                f"{sorted(self._loading)}.")
         now = self._now_ms()
         return [entry.meta for part in list(self.partitions.values())
                 for entry in list(part.entries.values())

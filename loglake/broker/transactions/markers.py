@@ -39,6 +39,7 @@ from kio.serial.errors import SerialError
 from loglake.broker.connection import BrokerConnection
 from loglake.broker.metadata_cache import MetadataCache
 from loglake.errors import LoglakeError
+from loglake.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +98,12 @@ class MarkerSender:
             await connection.close()
         self._connections.clear()
 
-    async def send(self, order: MarkerOrder, *, still_owner: Callable[[], bool]) -> None:
+    async def send(self, order: MarkerOrder, *, still_owner: Callable[[], bool],
+                   crash_at: str | None = None) -> None:
         """Write every marker of ``order`` (see the module docstring); returns once all are
-        written. Raises CoordinatorFencedError or MarkersAbandonedError."""
+        written. Raises CoordinatorFencedError or MarkersAbandonedError. ``crash_at``: a crash
+        point (loglake/faults.py) reached when the first destination acknowledged its markers
+        (the others may still be in flight or not sent)."""
         # one entry per data partition, and per group (two groups may share an offsets
         # partition yet have different coordinators)
         pending: set[tuple[Target, str | None]] = {(tp, None) for tp in order.partitions}
@@ -119,7 +123,8 @@ class MarkerSender:
                     by_broker.setdefault(broker, set()).add(key)
             brokers = list(by_broker)
             results = await asyncio.gather(*(
-                self._send_to(broker, order, {target for target, _ in by_broker[broker]})
+                self._send_to(broker, order, {target for target, _ in by_broker[broker]},
+                              crash_at)
                 for broker in brokers))
             for broker, written in zip(brokers, results, strict=True):
                 pending -= {key for key in by_broker[broker] if key[0] in written}
@@ -143,8 +148,8 @@ class MarkerSender:
             broker = state.leader if state is not None else -1
         return broker if broker in self.metadata.live_brokers else -1
 
-    async def _send_to(self, broker: int, order: MarkerOrder,
-                       targets: Iterable[Target]) -> list[Target]:
+    async def _send_to(self, broker: int, order: MarkerOrder, targets: Iterable[Target],
+                       crash_at: str | None = None) -> list[Target]:
         """One WriteTxnMarkers request; returns the targets written."""
         topics: dict[str, list[int]] = {}
         for topic, partition in targets:
@@ -193,6 +198,8 @@ class MarkerSender:
                         log.log(logging.DEBUG if error.retriable else logging.WARNING,
                                 "marker of producer %d on %s-%d at broker %d: %s; retrying",
                                 order.producer_id, *target, broker, error.name)
+        if written and crash_at is not None:
+            crash_point(crash_at)
         return written
 
     async def _connect(self, broker: int) -> BrokerConnection | None:

@@ -1,0 +1,180 @@
+"""Hardening of the transaction coordinator in process, on a real ZooKeeper (a fresh chroot)
+with an injected clock (test_txn_coordinator.py's nodes): Kafka's order of InitProducerId checks,
+ListTransactions while a state partition loads or without a lease, the lenient decoding of
+DescribeTransactions' start time of -1 by the project's client, and a takeover of a state
+partition holding 2,000 ids that keeps the event loop responsive (numbers printed)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import io
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kio.schema.describe_transactions.v0 import response as describe_v0
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+
+from loglake.broker.codec import build
+from loglake.broker.transactions.ownership import state_partition_for
+from loglake.broker.transactions.state import TransactionState, new_metadata
+from loglake.catalog.transactions import id_path
+from loglake.client import _wire
+from tests.test_txn_coordinator import Node, _code, _id_for, run
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def connect(zookeeper_hosts: str) -> str:
+    chroot = f"/txn-hardening-{uuid.uuid4().hex[:12]}"
+    root = KazooClient(hosts=zookeeper_hosts, timeout=10)
+    root.start(timeout=20)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
+        root.close()
+    return zookeeper_hosts + chroot
+
+
+@pytest.fixture
+def made(tmp_path: Path) -> Iterator[list[Node]]:
+    nodes: list[Node] = []
+    yield nodes
+    for node in nodes:
+        node.close()
+
+
+def _node(made: list[Node], connect: str, broker: int, live: tuple[int, ...], tmp_path: Path,
+          clock: list[float]) -> Node:
+    node = Node(connect, broker, live, tmp_path / str(broker), clock)
+    made.append(node)
+    return node
+
+
+def test_init_producer_id_checks_in_kafkas_order(made: list[Node], connect: str,
+                                                  tmp_path: Path) -> None:
+    clock = [1_000_000.0]
+    node = _node(made, connect, 1, (1, 2), tmp_path, clock)
+    elsewhere = _id_for(2, (1, 2))
+
+    async def scenario() -> None:
+        c = node.coordinator
+        # an empty id is INVALID_REQUEST before the timeout is looked at (Kafka's order)
+        assert await _code(c.init_producer_id("", timeout_ms=-5)) == ErrorCode.invalid_request
+        # a bad timeout is refused even by a broker that does not coordinate the id
+        for bad in (0, -1, -(2 ** 31), 900_001, 2 ** 31 - 1):
+            assert await _code(c.init_producer_id(elsewhere, timeout_ms=bad)) \
+                == ErrorCode.invalid_transaction_timeout, bad
+        assert await _code(c.init_producer_id(elsewhere, timeout_ms=60_000)) \
+            == ErrorCode.not_coordinator
+
+    run(scenario)
+
+
+def test_list_transactions_while_loading_or_without_a_lease(
+        made: list[Node], connect: str, tmp_path: Path) -> None:
+    clock = [1_000_000.0]
+    node = _node(made, connect, 1, (1,), tmp_path, clock)
+    txn = _id_for(1, (1,))
+
+    async def scenario() -> None:
+        c = node.coordinator
+        await c.init_producer_id(txn, timeout_ms=60_000)
+        assert [m.transactional_id for m in c.list_transactions(
+            states=frozenset(), producer_ids=frozenset())] == [txn]
+        # a partition being loaded: the answer would miss its ids, so it is an error
+        loading: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        c._loading[(state_partition_for(txn) + 1) % 50] = loading  # type: ignore[assignment]
+        assert await _code(_listing(node)) == ErrorCode.coordinator_load_in_progress
+        c._loading.clear()
+        node.session.drop_lease()
+        assert await _code(_listing(node)) == ErrorCode.coordinator_not_available
+
+    run(scenario)
+
+
+async def _listing(node: Node) -> None:
+    node.coordinator.list_transactions(states=frozenset(), producer_ids=frozenset())
+
+
+def test_client_reads_a_start_time_of_minus_one() -> None:
+    """kio refuses a negative timestamp; the project's wire client reads it as -1."""
+    response = build(describe_v0.DescribeTransactionsResponse, {"transaction_states": [{
+        "error_code": ErrorCode.none, "transactional_id": "x", "transaction_state": "Empty",
+        "transaction_timeout": 60000, "producer_id": 7, "producer_epoch": 0, "topics": [],
+        "transaction_start_time": datetime.datetime.fromtimestamp(-0.001, datetime.UTC)}]})
+    buffer = io.BytesIO()
+    entity_writer(describe_v0.DescribeTransactionsResponse)(buffer, response)
+    decode = _wire.entity_reader(_wire._LENIENT_RESPONSES[(65, 0)])
+    [state] = decode(buffer.getvalue(), 0)[0].transaction_states
+    assert (state.transaction_start_time, state.producer_id) == (-1, 7)
+    with pytest.raises(Exception, match="negative"):
+        _wire.entity_reader(describe_v0.DescribeTransactionsResponse)(buffer.getvalue(), 0)
+
+
+IDS = 2000
+
+
+def test_takeover_of_2000_ids_keeps_the_loop_responsive(
+        made: list[Node], connect: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    clock = [1_000_000.0]
+    first = _node(made, connect, 1, (1,), tmp_path, clock)
+    seed = _id_for(1, (1,))
+    index = state_partition_for(seed)
+    same = [i for i in (f"bulk-{n}" for n in range(200_000)) if state_partition_for(i) == index]
+    ids = [seed, *same[:IDS - 1]]
+    assert len(ids) == IDS
+
+    async def claim() -> None:  # creates the partition's epoch and ids znodes
+        await first.coordinator.init_producer_id(seed, timeout_ms=60_000)
+
+    run(claim)
+    writer = KazooClient(hosts=connect, timeout=20)
+    writer.start(timeout=20)
+    try:
+        pending = [writer.create_async(id_path(index, i), new_metadata(
+            i, 5000 + n, 60_000, 1_000_000_000).encode()) for n, i in enumerate(ids[1:])]
+        for result in pending:
+            result.get(timeout=30)
+    finally:
+        writer.stop()
+        writer.close()
+    first.close()
+    made.remove(first)
+    second = _node(made, connect, 2, (2,), tmp_path, clock)
+
+    async def take_over() -> tuple[float, float]:
+        worst, stop = 0.0, False
+
+        async def ticker() -> None:
+            nonlocal worst
+            while not stop:
+                before = time.perf_counter()
+                await asyncio.sleep(0.002)
+                worst = max(worst, time.perf_counter() - before - 0.002)
+
+        ticking = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0.05)
+        started = time.perf_counter()
+        await second.coordinator.ownership_pass()
+        took = time.perf_counter() - started
+        stop = True
+        await ticking
+        part = second.coordinator.partitions[index]
+        assert len(part.entries) == IDS
+        assert {e.meta.state for e in part.entries.values()} == {TransactionState.EMPTY}
+        return took, worst
+
+    took, worst = run(take_over)
+    with capsys.disabled():
+        print(f"\ntakeover of {IDS} ids (all 50 partitions): {took * 1000:.0f} ms, "
+              f"longest event-loop stall {worst * 1000:.1f} ms")
+    assert worst < 0.1
