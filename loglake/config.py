@@ -468,6 +468,13 @@ class BrokerConfig:
     transactional_id_expiration_check_interval_ms: int = _setting(
         "transactional.id.expiration.check.interval.ms", "How often expired transactional ids "
         "are removed.", int, 3600000)
+    producer_id_expiration_ms: int = _setting(
+        "producer.id.expiration.ms", "A partition forgets a producer id without an open "
+        "transaction whose last write is this old (its next batch may start at any sequence).",
+        int, 86400000)
+    producer_id_expiration_check_interval_ms: int = _setting(
+        "producer.id.expiration.check.interval.ms", "How often partitions remove expired "
+        "producer ids.", int, 600000)
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -1,5 +1,6 @@
 """Idempotent producers: duplicates of the last 5 batches get their original offsets, gaps get
-OUT_OF_ORDER_SEQUENCE_NUMBER, fenced epochs INVALID_PRODUCER_EPOCH; state survives a restart."""
+OUT_OF_ORDER_SEQUENCE_NUMBER, fenced epochs INVALID_PRODUCER_EPOCH, an unknown producer starts
+at any sequence (Kafka since KIP-360); state survives a restart."""
 
 from __future__ import annotations
 
@@ -45,16 +46,18 @@ def test_duplicates_gaps_and_fencing(cluster, topic_name):
             assert (again.error_code, again.base_offset) == (ErrorCode.none, offset)
         gap = _produce(client, topic_name, _batch(pid, epoch, 20))
         assert gap.error_code == ErrorCode.out_of_order_sequence_number
+        # a producer the partition holds no state for may start at any sequence (KIP-360)
         first_of_new_producer = _produce(client, topic_name, _batch(other_pid, 0, 3))
-        assert first_of_new_producer.error_code == ErrorCode.out_of_order_sequence_number
+        assert (first_of_new_producer.error_code, first_of_new_producer.base_offset) == (
+            ErrorCode.none, 14)
         bumped = _produce(client, topic_name, _batch(pid, epoch + 1, 0))
-        assert bumped.error_code == ErrorCode.none and bumped.base_offset == 14
+        assert bumped.error_code == ErrorCode.none and bumped.base_offset == 16
         fenced = _produce(client, topic_name, _batch(pid, epoch, 14))
         assert fenced.error_code == ErrorCode.invalid_producer_epoch
         end = client.request(2, 7, {"replica_id": -1, "topics": [
             {"name": topic_name, "partitions": [{"partition_index": 0, "timestamp": -1,
                                                  "current_leader_epoch": -1}]}]})
-        assert end.topics[0].partitions[0].offset == 16
+        assert end.topics[0].partitions[0].offset == 18
 
 
 def test_producer_state_rebuilt_after_restart(tmp_path, zookeeper_hosts: str):

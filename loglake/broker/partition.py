@@ -32,11 +32,16 @@ Invariants:
   :meth:`Partition.aborted_transactions` answers from memory.
 * Producer-state snapshots (segments/producer_snapshot.py): written as of the new segment's
   base offset when a segment rolls and as of the log end at :meth:`Partition.close`; the two
-  newest are kept, plus the newest at or below the active segment's base (an unclean open
-  replays from there); those above a truncation point are deleted. At open and after a truncation
-  the table is the newest readable snapshot at or below the log end (and, after an unclean
-  stop, at or below the first segment recovery re-validated) plus a replay of the batch
-  headers after it; the replay also re-adds transaction-index entries that the crash lost.
+  newest are kept, plus every one from the newest at or below the checkpointed recovery point
+  (an unclean open recovers, and replays, from that segment's base); those above a truncation
+  point, and those below the first segment once retention or DeleteRecords deleted it, are
+  deleted. At open and after a truncation the table is the newest readable snapshot at or below
+  the log end (after an unclean stop, at or below the first segment recovery re-validated) and
+  not below the first segment, plus a replay of every stored batch header after it (below the
+  log start too: a transaction DeleteRecords cut into stays open); the replay also re-adds
+  transaction-index entries that the crash lost, and those of a damaged index
+  (``PartitionLog.check_txn_indexes``: a sealed segment's file missing, an entry that is not
+  an ABORT marker of the segment) from a snapshot at or below it.
 * The log start offset only moves forward (DeleteRecords, retention: :meth:`advance_log_start`).
   Followers adopt the leader's from fetch responses; the leader keeps the one each follower
   reports in its fetches, and the *low watermark* (:meth:`low_watermark`) is the smallest over
@@ -132,10 +137,12 @@ class Partition:
         self._hw_checkpointed = self._hw
         self.closed = False
         self._waiters: set[asyncio.Future[None]] = set()
-        recovered = self.log.first_recovered_offset
-        self._load_producer_state(
-            self.log.log_end_offset if recovered is None else min(recovered,
-                                                                  self.log.log_end_offset))
+        limit = self.log.log_end_offset
+        for damaged in (self.log.first_recovered_offset, self.log.check_txn_indexes()):
+            if damaged is not None:
+                limit = min(limit, damaged)  # replay from at or below it
+        self._load_producer_state(limit)
+        self.log.ensure_txn_index_files()
         self.log.before_roll = self._snapshot_producer_state
 
     # ------------------------------------------------------------------ state
@@ -259,7 +266,7 @@ class Partition:
         self.require_leader()
         headers = parse_batches(records)
         validated = self.log.validate(records, headers)
-        duplicates = [self.producers.check_batch(h) for h in headers]
+        duplicates = self.producers.check_batches(headers)
         if any(d is not None for d in duplicates):
             if all(d is not None for d in duplicates):
                 first = duplicates[0]
@@ -311,7 +318,7 @@ class Partition:
         completed = self.producers.record_marker(
             header.producer_id, header.producer_epoch, marker.coordinator_epoch,
             commit=marker.commit, offset=header.base_offset, timestamp=header.max_timestamp)
-        if completed.aborted:
+        if completed is not None and completed.aborted:
             self.log.add_aborted_txn(_index_entry(completed))
 
     # ------------------------------------------------------------------ leader: followers
@@ -405,8 +412,15 @@ class Partition:
             return False
         self.log.set_log_start_offset(target)
         self.log.delete_segments_before(target)
+        self.producers.on_log_start_advanced(self.log.log_start_offset)
+        producer_snapshot.delete_below(self.log.directory, self.log.segments[0])
         self._wake()
         return True
+
+    def expire_producers(self, expiration_ms: int) -> list[int]:
+        """Forget producers idle for ``expiration_ms`` without an open transaction
+        (``producer.id.expiration.ms``, producer_state.py); their ids. Any role."""
+        return self.producers.remove_expired(int(self.clock() * 1000), expiration_ms)
 
     def low_watermark(self, followers: set[int]) -> int:
         """The smallest log start offset over this leader and ``followers`` (as their fetches
@@ -459,13 +473,15 @@ class Partition:
         it; ABORT markers replayed re-add missing transaction-index entries."""
         directory = self.log.directory
         producer_snapshot.delete_above(directory, self.log.log_end_offset)
-        loaded = producer_snapshot.load_newest(directory, limit)
+        first_base = self.log.segments[0]
+        loaded = producer_snapshot.load_newest(directory, limit, at_least=first_base)
         if loaded is None:
-            self.producers, start = ProducerStateTable(), self.log.log_start_offset
+            self.producers, start = ProducerStateTable(), first_base
         else:
             start, producers = loaded
             self.producers = ProducerStateTable.from_snapshot(producers)
-        for header in self.log.batch_headers(start):
+        # every stored batch, below the log start too (a transaction DeleteRecords cut into)
+        for header in self.log.batch_headers(start, below_log_start=True):
             if header.base_offset < start:
                 continue
             if header.is_control:
@@ -480,8 +496,9 @@ class Partition:
         transaction index of the active segment without a full replay."""
         directory = self.log.directory
         producer_snapshot.write(directory, offset, self.producers.to_snapshot())
-        producer_snapshot.retain_newest(directory, SNAPSHOTS_KEPT,
-                                        also_at_or_below=min(offset, self.log.segments[-1]))
+        producer_snapshot.retain_newest(
+            directory, SNAPSHOTS_KEPT,
+            all_from_at_or_below=min(offset, self.log.checkpointed_recovery_point))
 
     # ------------------------------------------------------------------ reads and waits
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,
@@ -543,6 +560,8 @@ class Partition:
             self.checkpoint_hw()
             if not self.log.closed:
                 self._snapshot_producer_state(self.log.log_end_offset)
+                self.log.close()  # flushed, checkpointed: no recovery needs older snapshots
+                producer_snapshot.retain_newest(self.log.directory, SNAPSHOTS_KEPT)
             self.log.close()
 
 

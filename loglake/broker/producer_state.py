@@ -4,8 +4,10 @@ Rules (Kafka's ``ProducerStateManager`` / ``ProducerAppendInfo``), checked on th
 client batches (:meth:`ProducerStateTable.check_batch`) and markers (:meth:`check_marker`):
 
 * a batch with producer id -1 is not idempotent: no checks (a transactional one is refused);
+* a producer we hold no state for (new, or expired) may start at any sequence (Kafka since
+  KIP-360: no UNKNOWN_PRODUCER_ID);
 * epoch lower than the known one -> INVALID_PRODUCER_EPOCH (a fenced, zombie producer);
-* epoch higher than the known one, or a producer we hold no state for -> first sequence must be 0;
+* epoch higher than the known one -> first sequence must be 0;
 * a batch whose (first, last) sequence equals one of the last 5 retained batches is a duplicate
   (a retry): it is answered with its original base offset and not appended again;
 * otherwise the first sequence must follow the last appended one (``int32`` wrap-around to 0),
@@ -13,13 +15,22 @@ client batches (:meth:`ProducerStateTable.check_batch`) and markers (:meth:`chec
 * a transactional batch of a producer without an open transaction opens one at its base
   offset; a non-transactional batch while the producer's transaction is open ->
   INVALID_TXN_STATE; control batches never come from clients (INVALID_RECORD);
+* the batches of one Produce request are checked in order, each against the state the earlier
+  ones leave (:meth:`check_batches`);
 * a COMMIT/ABORT marker closes the producer's transaction (:meth:`record_marker`); one with an
   older producer epoch -> INVALID_PRODUCER_EPOCH, an older coordinator epoch than the last
   marker's -> TRANSACTION_COORDINATOR_FENCED. A marker may carry a newer epoch (the coordinator
   bumps it when it aborts a timed-out transaction): the producer's epoch moves up and its
   retained batches are forgotten. A marker for a producer without an open transaction is
-  recorded too (a re-sent marker); as in Kafka it completes an empty transaction at its own
-  offset.
+  recorded too (a re-sent marker): as in Kafka it moves the producer's epochs and timestamp
+  but completes no transaction (no transaction-index entry, no effect on the LSO).
+
+Expiry and the log start (Kafka's ``removeExpiredProducers`` / ``onLogStartOffsetIncremented``):
+a producer without an open transaction whose last write is ``producer.id.expiration.ms`` old
+is forgotten (:meth:`remove_expired`, run by the broker every
+``producer.id.expiration.check.interval.ms``); moving the log start forgets only completed
+transactions whose marker it passed. Producers whose batches were all deleted stay until they
+expire, as in Kafka since KIP-360 (before it, ``truncateHead`` dropped them at once).
 
 Followers, and replays of the log at open or after a truncation, call only the ``record_*``
 methods: no checks, the leader already made them.
@@ -39,6 +50,7 @@ Thread-safety: used from the broker's event loop only.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -148,30 +160,38 @@ class ProducerStateTable:
         return len(self._entries)
 
     # ------------------------------------------------------------------ checks (leader)
-    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int) -> int | None:
+    def check(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, *,
+              staged: dict[int, ProducerEntry] | None = None) -> int | None:
         """Validate a batch's epoch and sequences before it is appended.
 
         Returns the original base offset when the batch is a duplicate of a retained one,
         None when it may be appended. Raises InvalidProducerEpochError or
-        OutOfOrderSequenceError.
+        OutOfOrderSequenceError. Duplicates are looked for in the table; epoch and sequence
+        are checked against ``staged[producer_id]`` when given (the state the earlier batches
+        of the same request leave, :meth:`check_batches`), else the table's entry.
         """
         if producer_id < 0:
             return None
         entry = self._entries.get(producer_id)
-        if entry is None or epoch > entry.epoch:
+        if entry is not None and epoch == entry.epoch:
+            for batch in entry.batches:
+                if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                    return batch.first_offset
+        if staged is not None and producer_id in staged:
+            entry = staged[producer_id]
+        if entry is None:
+            return None  # unknown (new, expired): any sequence starts it (Kafka, KIP-360)
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"Producer {producer_id} used epoch {epoch}, but {entry.epoch} is current."
+            )
+        if epoch > entry.epoch:
             if first_seq != 0:
                 raise OutOfOrderSequenceError(
                     f"Producer {producer_id} epoch {epoch}: first batch has sequence "
                     f"{first_seq}, expected 0."
                 )
             return None
-        if epoch < entry.epoch:
-            raise InvalidProducerEpochError(
-                f"Producer {producer_id} used epoch {epoch}, but {entry.epoch} is current."
-            )
-        for batch in entry.batches:
-            if batch.first_seq == first_seq and batch.last_seq == last_seq:
-                return batch.first_offset
         if first_seq != _next_seq(entry.last_seq):
             raise OutOfOrderSequenceError(
                 f"Producer {producer_id}: sequence {first_seq} does not follow "
@@ -179,7 +199,8 @@ class ProducerStateTable:
             )
         return None
 
-    def check_batch(self, header: BatchIdentity) -> int | None:
+    def check_batch(self, header: BatchIdentity, *,
+                    staged: dict[int, ProducerEntry] | None = None) -> int | None:
         """Every rule for a client's batch (see the module): :meth:`check`, then the
         transaction rules. Returns the original base offset of a duplicate, else None."""
         if header.is_control:
@@ -188,10 +209,13 @@ class ProducerStateTable:
         if header.is_transactional and producer_id < 0:
             raise InvalidRecordError("A transactional record batch must carry a producer id.")
         duplicate = self.check(producer_id, header.producer_epoch, header.base_sequence,
-                               last_sequence(header.base_sequence, header.last_offset_delta))
+                               last_sequence(header.base_sequence, header.last_offset_delta),
+                               staged=staged)
         if duplicate is not None or producer_id < 0:
             return duplicate
         entry = self._entries.get(producer_id)
+        if staged is not None and producer_id in staged:
+            entry = staged[producer_id]
         if (not header.is_transactional and entry is not None
                 and entry.current_txn_first_offset != NO_TXN):
             raise InvalidTxnStateError(
@@ -199,6 +223,39 @@ class ProducerStateTable:
                 f"(from offset {entry.current_txn_first_offset}) is open."
             )
         return None
+
+    def check_batches(self, headers: Sequence[BatchIdentity]) -> list[int | None]:
+        """:meth:`check_batch` for every batch of one Produce request, each against the state
+        the earlier batches of the request leave (as Kafka's per-request
+        ``ProducerAppendInfo``): a producer's second batch must follow its first, a
+        non-transactional batch after a transactional one of the same request is
+        INVALID_TXN_STATE. Duplicates are looked for in the state before the request. Nothing
+        in the table changes."""
+        staged: dict[int, ProducerEntry] = {}
+        results: list[int | None] = []
+        for header in headers:
+            duplicate = self.check_batch(header, staged=staged)
+            results.append(duplicate)
+            producer_id = header.producer_id
+            if duplicate is not None or producer_id < 0:
+                continue
+            entry = staged.get(producer_id)
+            if entry is None:
+                known = self._entries.get(producer_id)
+                entry = ProducerEntry(header.producer_epoch) if known is None else ProducerEntry(
+                    known.epoch, deque(known.batches, maxlen=RETAINED_BATCHES),
+                    known.coordinator_epoch, known.last_timestamp,
+                    known.current_txn_first_offset)
+                staged[producer_id] = entry
+            if header.producer_epoch != entry.epoch:
+                entry.epoch = header.producer_epoch
+                entry.batches.clear()
+            entry.batches.append(BatchMetadata(
+                header.base_sequence,
+                last_sequence(header.base_sequence, header.last_offset_delta), -1, -1))
+            if header.is_transactional and entry.current_txn_first_offset == NO_TXN:
+                entry.current_txn_first_offset = 0  # open (its offset is not known yet)
+        return results
 
     def check_marker(self, producer_id: int, producer_epoch: int,
                      coordinator_epoch: int) -> None:
@@ -246,22 +303,45 @@ class ProducerStateTable:
             self._open(header.base_offset, producer_id)
 
     def record_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                      *, commit: bool, offset: int, timestamp: int) -> CompletedTxn:
-        """Remember a COMMIT/ABORT marker stored at ``offset``: the producer's transaction (or
-        an empty one at ``offset`` when none is open) is complete."""
+                      *, commit: bool, offset: int, timestamp: int) -> CompletedTxn | None:
+        """Remember a COMMIT/ABORT marker stored at ``offset``: the producer's transaction is
+        complete. None when no transaction was open (a re-sent marker): as in Kafka only the
+        producer's epochs and timestamp move, and no transaction-index entry is due."""
         entry = self._entry(producer_id, producer_epoch)
         entry.coordinator_epoch = coordinator_epoch
         entry.last_timestamp = timestamp
         first = entry.current_txn_first_offset
-        if first != NO_TXN:
-            self._ongoing.pop(first, None)
-            entry.current_txn_first_offset = NO_TXN
+        if first == NO_TXN:
+            return None
+        self._ongoing.pop(first, None)
+        entry.current_txn_first_offset = NO_TXN
         lso = next(iter(self._ongoing), offset + 1)
-        completed = CompletedTxn(producer_id, offset if first == NO_TXN else first, offset,
-                                 not commit, lso)
-        if first != NO_TXN:
-            self._unreplicated.append(completed)
+        completed = CompletedTxn(producer_id, first, offset, not commit, lso)
+        self._unreplicated.append(completed)
         return completed
+
+    def on_log_start_advanced(self, log_start: int) -> None:
+        """The log start moved (DeleteRecords, retention): completed transactions whose marker
+        is below it stop holding the first unstable offset (Kafka's
+        ``onLogStartOffsetIncremented``). Producers stay (as Kafka since KIP-360: their
+        sequences still fence retries) until they expire (:meth:`remove_expired`); an open
+        transaction whose first offset was deleted stays open, and the partition's LSO is
+        never below the log start."""
+        self._unreplicated = [t for t in self._unreplicated if t.last_offset >= log_start]
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers without an open transaction whose last write (batch or marker
+        timestamp) is ``expiration_ms`` or more before ``now_ms`` (Kafka's
+        ``removeExpiredProducers``, ``producer.id.expiration.ms``); their ids, sorted. A
+        forgotten producer's next batch is accepted at any sequence, as a new one's."""
+        expired = sorted(
+            pid for pid, entry in self._entries.items()
+            if entry.current_txn_first_offset == NO_TXN
+            and now_ms - entry.last_timestamp >= expiration_ms
+        )
+        for pid in expired:
+            del self._entries[pid]
+        return expired
 
     def _entry(self, producer_id: int, epoch: int) -> ProducerEntry:
         """The producer's entry at ``epoch``: created if missing; a newer epoch forgets the

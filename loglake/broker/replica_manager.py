@@ -77,7 +77,9 @@ Flush scheduler (Kafka's ``LogManager`` flush scheduler and ``ReplicaManager``'s
 checkpoint): :meth:`ReplicaManager.flush_loop` runs every ``log.flush.scheduler.interval.ms``;
 each partition's log fsyncs when its ``flush.messages``/``flush.ms`` is due or a segment rolled,
 and its high-watermark checkpoint is written when it changed (segments/checkpoint.py: the file).
-The pass picks the work on the loop and runs the fsyncs in a worker thread.
+The pass picks the work on the loop and runs the fsyncs in a worker thread. The same loop
+expires idle producer ids every ``producer.id.expiration.check.interval.ms``
+(:meth:`ReplicaManager.expire_producers`).
 
 Thread-safety: event-loop thread only (like :class:`~loglake.broker.partition.Partition`); the
 flush pass's worker thread touches only files, under each log's ``io_lock``. Segment files'
@@ -645,9 +647,25 @@ class ReplicaManager:
         """:meth:`flush_and_checkpoint` every ``log.flush.scheduler.interval.ms``, until
         cancelled (the broker's background task)."""
         interval = self.config.log_flush_scheduler_interval_ms / 1000
+        next_expiry = self.clock() + self.config.producer_id_expiration_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             await self.flush_and_checkpoint()
+            if self.clock() >= next_expiry:
+                next_expiry = (self.clock()
+                               + self.config.producer_id_expiration_check_interval_ms / 1000)
+                self.expire_producers()
+
+    def expire_producers(self) -> int:
+        """Forget, in every hosted partition, producer ids idle for
+        ``producer.id.expiration.ms`` without an open transaction (run by :meth:`flush_loop`
+        every ``producer.id.expiration.check.interval.ms``); how many went."""
+        removed = 0
+        for partition in list(self.partitions.values()):
+            if not partition.closed:
+                removed += len(partition.expire_producers(
+                    self.config.producer_id_expiration_ms))
+        return removed
 
 
 def produce_error(code: ErrorCode) -> ErrorCode:

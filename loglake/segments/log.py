@@ -359,6 +359,12 @@ class PartitionLog:
         return self._recovery_point
 
     @property
+    def checkpointed_recovery_point(self) -> int:
+        """The recovery point as its checkpoint file holds it (where an unclean open starts
+        recovering; 0 before the first write)."""
+        return self._checkpointed[0] if self._checkpointed is not None else 0
+
+    @property
     def closed(self) -> bool:
         """True after :meth:`close` or :meth:`delete`."""
         return self._closed
@@ -580,6 +586,7 @@ class PartitionLog:
         else:
             if self.before_roll is not None:
                 self.before_roll(base_offset)
+            old.txn_index.touch()
             old.seal()
             self._pending_roll_flush = base_offset
         segment = LogSegment.create(
@@ -701,12 +708,15 @@ class PartitionLog:
                     return record.timestamp, record.offset
         return best.max_timestamp, header.base_offset
 
-    def batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
-        """Headers of every batch with last offset >= ``from_offset`` (and >= the log start),
-        oldest first; ``position`` is within the batch's segment file. Do not append while
-        iterating."""
+    def batch_headers(self, from_offset: int = 0, *,
+                      below_log_start: bool = False) -> Iterator[BatchHeader]:
+        """Headers of every batch with last offset >= ``from_offset`` (and >= the log start,
+        unless ``below_log_start``: then every batch still stored, as a producer-state replay
+        needs), oldest first; ``position`` is within the batch's segment file. Do not append
+        while iterating."""
         self._check_open()
-        from_offset = max(from_offset, self._log_start_offset)
+        if not below_log_start:
+            from_offset = max(from_offset, self._log_start_offset)
         for segment in list(self._segments):
             if segment.next_offset <= from_offset:
                 continue
@@ -736,6 +746,51 @@ class PartitionLog:
             return False
         index.append(entry)
         return True
+
+    def check_txn_indexes(self) -> int | None:
+        """At open, before the partition replays its producer state: the base offset of the
+        first segment whose transaction index is damaged, None if every one is sound. Damaged:
+        a sealed segment without its ``.txnindex`` file, a torn or unreadable tail (a length
+        not a multiple of 34, an unknown version), or an entry that does not describe an
+        ABORT marker of the segment (its last offset is not a control batch of the entry's
+        producer there, its first offset not a transactional batch of that producer when still
+        stored, or its last stable offset beyond the marker). The index of that segment and of
+        every later one is emptied: the partition's replay from a snapshot at or below it (or
+        from the first segment) rebuilds them. Kafka trusts these files. Not found: a file cut
+        at an entry boundary (or emptied), and a flip that lowers a last stable offset (it only
+        lengthens searches)."""
+        for i, segment in enumerate(self._segments):
+            sealed = i < len(self._segments) - 1
+            missing = sealed and not segment.txn_index.path.exists()
+            if missing or segment.txn_index.torn or not all(self._sound_entry(segment, entry)
+                                  for entry in segment.txn_index.entries):
+                for later in self._segments[i:]:
+                    later.txn_index.truncate_to(later.base_offset)
+                return segment.base_offset
+        return None
+
+    def _sound_entry(self, segment: LogSegment, entry: AbortedTxn) -> bool:
+        if not (segment.base_offset <= entry.last_offset < segment.next_offset
+                and 0 <= entry.first_offset <= entry.last_offset
+                and entry.last_stable_offset <= entry.last_offset + 1):
+            return False
+        marker = segment.translate_offset(entry.last_offset)
+        if (marker is None or marker.base_offset != entry.last_offset or not marker.is_control
+                or marker.producer_id != entry.producer_id):
+            return False
+        if entry.first_offset < self._segments[0].base_offset:
+            return True  # its first batch was deleted (retention, DeleteRecords)
+        first = self._segments[max(0, bisect.bisect_right(self._bases, entry.first_offset) - 1)]
+        header = first.translate_offset(entry.first_offset)
+        return (header is not None and header.base_offset == entry.first_offset
+                and header.is_transactional and not header.is_control
+                and header.producer_id == entry.producer_id)
+
+    def ensure_txn_index_files(self) -> None:
+        """Create the empty ``.txnindex`` of every sealed segment that has none (logs written
+        before sealed segments always had one; after :meth:`check_txn_indexes`)."""
+        for segment in self._segments[:-1]:
+            segment.txn_index.touch()
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start_offset, end_offset), oldest first, from the

@@ -134,18 +134,31 @@ def offsets(directory: Path) -> list[int]:
     return sorted(found)
 
 
-def load_newest(directory: Path, at_most: int) -> tuple[int, list[SnapshotProducer]] | None:
-    """``(offset, producers)`` of the newest readable snapshot at or below ``at_most``; damaged
-    ones on the way are deleted (they would be skipped every time). None if there is none."""
+def load_newest(directory: Path, at_most: int,
+                at_least: int = 0) -> tuple[int, list[SnapshotProducer]] | None:
+    """``(offset, producers)`` of the newest readable snapshot in [``at_least``, ``at_most``]
+    (a snapshot below the first segment's base cannot be replayed from: the batches after it
+    are gone); damaged ones on the way are deleted (they would be skipped every time). None if
+    there is none."""
     for offset in reversed(offsets(directory)):
         if offset > at_most:
             continue
+        if offset < at_least:
+            return None
         path = filenames.snapshot_file(directory, offset)
         producers = read(path)
         if producers is not None:
             return offset, producers
         path.unlink(missing_ok=True)
     return None
+
+
+def delete_below(directory: Path, offset: int) -> None:
+    """Delete the snapshots whose offset is < ``offset`` (the first segment's base after
+    retention or DeleteRecords: nothing can be replayed from them)."""
+    for found in offsets(directory):
+        if found < offset:
+            filenames.snapshot_file(directory, found).unlink(missing_ok=True)
 
 
 def delete_above(directory: Path, offset: int) -> None:
@@ -156,15 +169,20 @@ def delete_above(directory: Path, offset: int) -> None:
             filenames.snapshot_file(directory, found).unlink(missing_ok=True)
 
 
-def retain_newest(directory: Path, keep: int = 2, *, also_at_or_below: int | None = None) -> None:
+def retain_newest(directory: Path, keep: int = 2, *, also_at_or_below: int | None = None,
+                  all_from_at_or_below: int | None = None) -> None:
     """Delete all but the ``keep`` newest snapshots and, when ``also_at_or_below`` is given,
-    the newest one at or below that offset."""
+    the newest one at or below that offset; when ``all_from_at_or_below`` is given, every
+    snapshot from the newest one at or below that offset on (all of them if none is)."""
     found = offsets(directory)
     kept = set(found[-keep:]) if keep > 0 else set()
     if also_at_or_below is not None:
         below = [offset for offset in found if offset <= also_at_or_below]
         if below:
             kept.add(below[-1])
+    if all_from_at_or_below is not None:
+        below = [offset for offset in found if offset <= all_from_at_or_below]
+        kept.update(offset for offset in found if not below or offset >= below[-1])
     for offset in found:
         if offset not in kept:
             filenames.snapshot_file(directory, offset).unlink(missing_ok=True)

@@ -12,7 +12,8 @@ no header (Kafka's format, byte for byte)::
                               transaction starts at or after it, so a search can stop there
 
 Entries are appended when the marker is appended (broker/partition.py), so ``last offset``
-increases through the file and across segments. The file is created at the first entry.
+increases through the file and across segments. The file is created at the first entry, or
+empty when its segment is sealed (every sealed segment has one: a missing file is damage).
 
 Crash behavior: the index is written with plain ``write`` calls and fsynced with its segment's
 flush (segment.py); a crash can lose entries the page cache held or leave a torn last entry.
@@ -75,6 +76,7 @@ class TransactionIndex:
         self._last_offsets = [entry.last_offset for entry in entries]
         self._fd: int | None = None
         self._dirty = False
+        self.torn = False  # load() dropped a torn or unreadable tail (PartitionLog checks it)
 
     @classmethod
     def load(cls, directory: Path, base_offset: int) -> TransactionIndex:
@@ -88,6 +90,7 @@ class TransactionIndex:
         entries = decode_entries(data)
         index = cls(path, entries)
         if len(entries) * ENTRY_SIZE != len(data):
+            index.torn = True
             index._rewrite()
         return index
 
@@ -140,6 +143,12 @@ class TransactionIndex:
             fd = self._open()
             os.ftruncate(fd, keep * ENTRY_SIZE)
             self._dirty = True
+
+    def touch(self) -> None:
+        """Create the (empty) file if it does not exist: a sealed segment always has one, so a
+        missing file is damage (PartitionLog.check_txn_indexes)."""
+        if self._fd is None and not self.entries:
+            self.path.touch()
 
     def flush(self) -> None:
         """fsync the file if entries were written or cut since the last flush."""
