@@ -6,8 +6,10 @@ stays here is the wire: we never create fetch sessions (the response's session i
 clients keep sending full requests, which the protocol allows; a request naming a session gets
 FETCH_SESSION_ID_NOT_FOUND); ``isolation_level`` (Fetch v4+, ListOffsets v2+) is passed on:
 read_committed fetches answer an ``aborted_transactions`` list (possibly empty), read_uncommitted
-ones null, and every consumer fetch the partition's ``last_stable_offset``; ListOffsets v0
-timestamps below -2 answer UNSUPPORTED_VERSION.
+ones null, and every consumer fetch the partition's ``last_stable_offset``; another
+isolation level fails the request as Kafka's does (UNKNOWN_SERVER_ERROR: top-level from Fetch
+v7, per partition before v13; per partition in ListOffsets); ListOffsets v0 timestamps below -2
+answer UNSUPPORTED_VERSION.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from loglake.broker.codec import RequestFrame, build, response_class
 from loglake.broker.replica_manager import (
     EARLIEST_TIMESTAMP,
     NO_RESPONSE_LIMIT,
+    READ_COMMITTED,
     READ_UNCOMMITTED,
     FetchParams,
     PartitionFetch,
 )
 from loglake.errors import LoglakeError
+
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
 
 if TYPE_CHECKING:
     from loglake.broker.replica_manager import FetchResult, ReplicaManager
@@ -42,6 +47,9 @@ async def fetch(broker: FetchServices, frame: RequestFrame) -> Any:
     cls = response_class(1, frame.api_version)
     if getattr(request, "session_id", 0) != 0:
         return build(cls, {"error_code": ErrorCode.fetch_session_id_not_found, "responses": []})
+    isolation_level = getattr(request, "isolation_level", READ_UNCOMMITTED)
+    if isolation_level not in ISOLATION_LEVELS:
+        return _unknown_isolation_level(cls, request, frame.api_version)
     params = FetchParams(
         replica_id=getattr(request, "replica_id", -1),
         max_wait_s=request.max_wait.total_seconds(),
@@ -49,7 +57,7 @@ async def fetch(broker: FetchServices, frame: RequestFrame) -> Any:
         # Fetch v0-2 have no response limit
         max_bytes=(max(request.max_bytes, 0) if hasattr(request, "max_bytes")
                    else NO_RESPONSE_LIMIT),
-        isolation_level=getattr(request, "isolation_level", READ_UNCOMMITTED),
+        isolation_level=isolation_level,
     )
     wanted = [
         PartitionFetch(
@@ -65,6 +73,20 @@ async def fetch(broker: FetchServices, frame: RequestFrame) -> Any:
                   "partitions": [_fetch_entry(next(results)) for _ in topic.partitions]}
                  for topic in request.topics]
     return build(cls, {"responses": responses})
+
+
+def _unknown_isolation_level(cls: Any, request: Any, version: int) -> Any:
+    """Kafka's answer to an isolation level other than 0 and 1 (``IsolationLevel.forId``
+    throws; the request fails as a whole with UNKNOWN_SERVER_ERROR): top-level error code
+    (v7+), and before v13 the same code for every requested partition."""
+    error = ErrorCode.unknown_server_error
+    responses = [] if version >= 13 else [
+        {"topic": topic.topic, "partitions": [
+            {"partition_index": p.partition, "error_code": error, "high_watermark": -1,
+             "last_stable_offset": -1, "log_start_offset": -1, "records": None,
+             "aborted_transactions": None} for p in topic.partitions]}
+        for topic in request.topics]
+    return build(cls, {"error_code": error, "responses": responses})
 
 
 def _fetch_entry(result: FetchResult) -> dict[str, Any]:
@@ -96,6 +118,10 @@ async def list_offsets(broker: FetchServices, frame: RequestFrame) -> Any:
         for wanted in topic.partitions:
             entry: dict[str, Any] = {"partition_index": wanted.partition_index,
                                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            if isolation_level not in ISOLATION_LEVELS:  # as Fetch: Kafka's forId throws
+                entry["error_code"] = ErrorCode.unknown_server_error
+                partitions.append(entry)
+                continue
             try:
                 found = await broker.replicas.offset_for_timestamp(
                     topic.name, wanted.partition_index, wanted.timestamp,
