@@ -41,7 +41,10 @@ Invariants:
   log start too: a transaction DeleteRecords cut into stays open); the replay also re-adds
   transaction-index entries that the crash lost, and those of a damaged index
   (``PartitionLog.check_txn_indexes``: a sealed segment's file missing, an entry that is not
-  an ABORT marker of the segment) from a snapshot at or below it.
+  an ABORT marker of the segment) from a snapshot at or below it. The snapshot at a roll is
+  written durably on the event loop (two fsyncs: measured 6-18 ms for 10 to 10,000 producers on
+  the development disk), once per rolled segment (segment.bytes, 1 GiB by default): kept there
+  rather than in the flush job because the roll's retention of older snapshots relies on it.
 * The log start offset only moves forward (DeleteRecords, retention: :meth:`advance_log_start`).
   Followers adopt the leader's from fetch responses; the leader keeps the one each follower
   reports in its fetches, and the *low watermark* (:meth:`low_watermark`) is the smallest over
