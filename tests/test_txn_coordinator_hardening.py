@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -112,7 +113,7 @@ def test_client_reads_a_start_time_of_minus_one() -> None:
         "transaction_start_time": datetime.datetime.fromtimestamp(-0.001, datetime.UTC)}]})
     buffer = io.BytesIO()
     entity_writer(describe_v0.DescribeTransactionsResponse)(buffer, response)
-    decode = _wire.entity_reader(_wire._LENIENT_RESPONSES[(65, 0)])
+    decode: Any = _wire.entity_reader(_wire._LENIENT_RESPONSES[(65, 0)])
     [state] = decode(buffer.getvalue(), 0)[0].transaction_states
     assert (state.transaction_start_time, state.producer_id) == (-1, 7)
     with pytest.raises(Exception, match="negative"):
@@ -178,3 +179,40 @@ def test_takeover_of_2000_ids_keeps_the_loop_responsive(
         print(f"\ntakeover of {IDS} ids (all 50 partitions): {took * 1000:.0f} ms, "
               f"longest event-loop stall {worst * 1000:.1f} ms")
     assert worst < 0.1
+
+
+def test_live_answers_as_kafka(tmp_path: Path, zookeeper_hosts: str) -> None:
+    """On a live broker with raw requests and the project's Admin: InitProducerId with only one
+    of producer id / epoch (INVALID_REQUEST) or an empty id (INVALID_REQUEST); EndTxn without a
+    transaction (INVALID_TXN_STATE); DescribeTransactions of an unknown id
+    (TRANSACTIONAL_ID_NOT_FOUND) and of an id without a transaction (start time -1, read by the
+    Admin as None); AddOffsetsToTxn with an empty group id (accepted, as Kafka: its marker
+    goes to ``__consumer_offsets``) and the commit completes."""
+    from loglake.client.admin import Admin
+    from loglake.dev.harness import DevCluster
+    from tests.wire import WireClient
+
+    with DevCluster(tmp_path / "dev", brokers=1, zookeeper=zookeeper_hosts) as dev, \
+            WireClient("127.0.0.1", dev.broker_port(1)) as client:
+        txn = f"live-{uuid.uuid4().hex[:6]}"
+        init = {"transactional_id": txn, "transaction_timeout": 60000}
+        assert client.request(22, 4, {**init, "producer_id": 5, "producer_epoch": -1}
+                              ).error_code == ErrorCode.invalid_request
+        assert client.request(22, 4, {**init, "transactional_id": "", "producer_id": -1,
+                                      "producer_epoch": -1}).error_code \
+            == ErrorCode.invalid_request
+        answer = client.request(22, 4, {**init, "producer_id": -1, "producer_epoch": -1})
+        assert answer.error_code == ErrorCode.none
+        ids = {"transactional_id": txn, "producer_id": answer.producer_id,
+               "producer_epoch": answer.producer_epoch}
+        assert client.request(26, 3, {**ids, "committed": True}).error_code \
+            == ErrorCode.invalid_txn_state
+        [unknown] = client.request(65, 0, {"transactional_ids": ["never-seen"]}
+                                   ).transaction_states
+        assert unknown.error_code == ErrorCode.transactional_id_not_found
+        description = Admin(dev.bootstrap_servers).describe_transaction(txn, timeout=30)
+        assert (description.state, description.start_time_ms) == ("Empty", None)
+        assert client.request(25, 3, {**ids, "group_id": ""}).error_code == ErrorCode.none
+        assert client.request(26, 3, {**ids, "committed": True}).error_code == ErrorCode.none
+        assert Admin(dev.bootstrap_servers).describe_transaction(
+            txn, timeout=30).state == "CompleteCommit"

@@ -29,7 +29,10 @@ AddPartitionsToTxn, AddOffsetsToTxn and InitProducerId answer CONCURRENT_TRANSAC
 answers EndTxn as soon as the prepare is written; we answer when the transaction completed (at
 most ``END_TXN_WAIT_S`` later, then as Kafka): a producer that committed then reads its own
 records with read_committed, and its next transaction does not begin with
-CONCURRENT_TRANSACTIONS retries. The answer is the same either way (the decision is durable).
+CONCURRENT_TRANSACTIONS retries (every client -- Java, librdkafka, aiokafka, kafka-python --
+retries those on the next AddPartitionsToTxn, but after a 20-100 ms backoff per transaction,
+while markers on a healthy cluster take milliseconds; every client's EndTxn timeout is far above
+``END_TXN_WAIT_S``). The answer is the same either way (the decision is durable).
 InitProducerId of a new producer instance while a transaction is Ongoing bumps the epoch (the
 old instance is fenced), aborts that transaction, and answers CONCURRENT_TRANSACTIONS until the
 abort completed (the client retries, then gets the next epoch).
