@@ -14,8 +14,13 @@ begins, and commits at the end of the block or aborts when the block raises.
 transactional id with its coordinator: it fences every older producer with the same id and
 completes (aborts) a transaction that one left open. Failures of these calls are
 :class:`~loglake.client.errors.TransactionError` subclasses saying what to do next (fatal:
-close; abortable: abort and redo; else ``retriable``). A transaction is bounded by
-``transaction_timeout_ms``: the coordinator aborts one left open longer.
+close; abortable: abort and redo; else ``retriable``). Once a record of the open transaction
+failed (its delivery report has the error), librdkafka refuses further records of it:
+:meth:`Producer.send` then raises :class:`~loglake.client.errors.AbortableTransactionError`
+naming that first failure, as the commit would. A transaction is bounded by
+``transaction_timeout_ms``: the coordinator aborts one left open longer and bumps the
+producer's epoch, which fences this producer (:class:`~loglake.client.errors.FatalTransactionError`
+at its next call, as Kafka's clients).
 
 Threading: delivery reports are handled on whichever thread calls ``send``, ``flush``,
 ``poll`` or ``Delivery.result``; callbacks run there. One ``Producer`` may be shared by threads
@@ -41,6 +46,7 @@ from loglake.client._common import (
     lookup_partitions,
 )
 from loglake.client.errors import (
+    AbortableTransactionError,
     ClientError,
     FatalTransactionError,
     from_exception,
@@ -199,6 +205,9 @@ class Producer:
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.transactional_id = transactional_id
         self._transactions_ready = False
+        self._in_transaction = False
+        self._txn_failure: LoglakeError | None = None
+        """The first failed delivery of the open transaction (it must be aborted)."""
         self._producer = KafkaProducer(config)
 
     def __enter__(self) -> Producer:
@@ -260,6 +269,8 @@ class Producer:
                     None,
                     from_kafka_error(error, operation),
                 )
+                if self._in_transaction and self._txn_failure is None:
+                    self._txn_failure = outcome[1]
             else:
                 stamp_type, stamp = message.timestamp()
                 outcome = (
@@ -304,10 +315,29 @@ class Producer:
                         hint="the cluster is not accepting records; check broker health",
                     ) from None
                 self._producer.poll(_QUEUE_FULL_BACKOFF_S)
+            except KafkaException as exc:
+                raise self._send_failure(exc, operation) from exc
             except Exception as exc:
                 raise from_exception(exc, operation) from exc
         self._producer.poll(0)
         return delivery
+
+    def _send_failure(self, exc: KafkaException, operation: str) -> LoglakeError:
+        """What a refused ``produce`` means: inside a transaction that already failed (librdkafka
+        answers ``_STATE``) it must be aborted; a fenced producer (``_FATAL``) is done."""
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if self.transactional_id is None or not self._in_transaction or error is None:
+            return from_exception(exc, operation)
+        if error.code() == KafkaError._STATE:
+            self._producer.poll(0)  # serve the delivery report that failed the transaction
+            cause = self._txn_failure
+            return AbortableTransactionError(
+                f"{operation} (transactional id {self.transactional_id!r}): the transaction "
+                f"failed: {cause if cause is not None else error.str()}",
+                code=cause.code if cause is not None else ErrorCode.invalid_txn_state,
+                kafka_name=error.name(),
+                hint="call abort_transaction() and redo the transaction")
+        return transaction_exception(exc, operation)
 
     def send_and_wait(
         self,
@@ -351,6 +381,7 @@ class Producer:
         """Start a transaction (calling :meth:`init_transactions` first if needed)."""
         self.init_transactions()
         self._transactional("begin transaction", self._producer.begin_transaction)
+        self._in_transaction, self._txn_failure = True, None
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Deliver every record sent in the transaction, then commit it.
@@ -361,12 +392,14 @@ class Producer:
         """
         self._transactional("commit transaction", self._producer.commit_transaction,
                             self._bound(timeout))
+        self._in_transaction = False
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: its records are purged or written as aborted, its offsets
         dropped; read_committed consumers never see them."""
         self._transactional("abort transaction", self._producer.abort_transaction,
                             self._bound(timeout))
+        self._in_transaction, self._txn_failure = False, None
 
     def send_offsets_to_transaction(
         self,

@@ -18,13 +18,17 @@ processor: a batch either commits its outputs together with the offsets past it,
 a transaction its predecessor left open). Requires ``func`` to be deterministic for an identical
 output, and DEST read with ``isolation_level="read_committed"``.
 
-**Aborts**: on an :class:`~loglake.client.errors.AbortableTransactionError` (a failed delivery,
-a rebalance that moved the generation on, a coordinator that timed the transaction out) the
-transaction is aborted and the consumer rewinds every partition of the batch to the batch's
-first offset, which is where the last committed transaction left the group's offsets (each
-batch starts where the previous committed one ended); the batch is then read and processed
-again. A :class:`~loglake.client.errors.FatalTransactionError` (this processor was fenced: a
-newer instance with the same transactional id runs) is raised: this instance must stop.
+**Aborts**: on an :class:`~loglake.client.errors.AbortableTransactionError` (a record the
+brokers refused or that timed out, raised by the next ``send`` or by the commit; a rebalance
+that moved the generation on) the transaction is aborted and the consumer rewinds every
+partition of the batch to the batch's first offset, which is where the last committed
+transaction left the group's offsets (each batch starts where the previous committed one
+ended); the batch is then read and processed again. A
+:class:`~loglake.client.errors.FatalTransactionError` is raised: this instance must stop. That
+happens when a newer instance with the same transactional id runs, and also when a batch took
+longer than ``transaction_timeout_ms``: the coordinator aborts the transaction and bumps the
+producer's epoch, which fences this producer (as with Kafka's clients). Nothing of that batch
+becomes visible; a restarted processor resumes at the committed offsets.
 
 Several processors may share group G (each with its own transactional id, e.g.
 ``<app>-<instance>``); the group spreads SOURCE's partitions over them. Processing happens
