@@ -306,6 +306,26 @@ def _committed_view(dev: DevCluster, topic: str, partition: int) -> tuple[int, l
     return wait_until(ask, timeout=60, message=f"a read_committed answer for {topic}")
 
 
+def _open_transactions(dev: DevCluster, topic: str) -> list[tuple[int, int, int]]:
+    """(producer id, epoch, current transaction start offset) of every producer the leader of
+    ``topic``-0 holds, from DescribeProducers."""
+    def ask() -> list[tuple[int, int, int]] | None:
+        broker = _leader(dev, topic, 0)
+        try:
+            with WireClient("127.0.0.1", dev.broker_port(broker)) as client:
+                answer = client.request(61, 0, {"topics": [
+                    {"name": topic, "partition_indexes": [0]}]})
+        except OSError:
+            return None
+        part = answer.topics[0].partitions[0]
+        if part.error_code != 0:
+            return None
+        return sorted((p.producer_id, p.producer_epoch, p.current_txn_start_offset)
+                      for p in part.active_producers)
+
+    return wait_until(ask, timeout=60, message=f"DescribeProducers of {topic}-0")
+
+
 def _same_view_soon(dev: DevCluster, topic: str, expected: tuple[int, list[Any]]) -> None:
     """The leader answers ``expected`` within a few seconds: a new leader's high watermark
     (hence its LSO) can lag until its followers fetch from it, as in Kafka; it must never
@@ -342,11 +362,14 @@ def test_leader_crash_keeps_lso_and_aborted_list(trio):
 
     before = _committed_view(trio, topic, 0)
     assert len(before[1]) == 3
+    producers = _open_transactions(trio, topic)
+    assert [start for *_, start in producers] == [-1, before[0]]  # b's is open at the LSO
     leader = _leader(trio, topic, 0)
     trio.kill_broker(leader)
     wait_until(lambda: _leader(trio, topic, 0) != leader, timeout=60,
                message="a new leader after the SIGKILL")
     _same_view_soon(trio, topic, before)
+    assert _open_transactions(trio, topic) == producers  # the follower replicated the state
     trio.start_broker(leader)
     # the restarted broker recovers its log, rejoins the ISR and (preferred) leads again
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -366,6 +389,7 @@ def test_leader_crash_keeps_lso_and_aborted_list(trio):
     wait_until(preferred_leads, timeout=60, message="the restarted broker leading again",
                ignore=(KafkaException,))
     _same_view_soon(trio, topic, before)
+    assert _open_transactions(trio, topic) == producers  # rebuilt from its own log
     b.commit_transaction(60)  # answered before the markers are written, as in Kafka
     _lso, aborted = wait_until(
         lambda: (view := _committed_view(trio, topic, 0))[0] > before[0] and view,
