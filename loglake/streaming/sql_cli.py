@@ -4,6 +4,7 @@
 
     loglake sql "SELECT partition, count(*) FROM \\`orders.v1\\` GROUP BY partition" \\
         [--zookeeper 127.0.0.1:10092/loglake] [--format table|json|csv] [--max-rows N]
+        [--isolation-level read_committed|read_uncommitted]
 
 Every topic whose name occurs in the query text is registered as a view first
 (streaming/sql_views.py: tiered rows read natively from the Delta table, plus the hot tail from the
@@ -11,6 +12,12 @@ brokers); quote names holding ``.`` or ``-`` with backticks. ``--zookeeper`` is 
 :mod:`loglake.addresses` (flag, ``$LOGLAKE_ZOOKEEPER``, the profile of ``loglake dev up``);
 ``--bootstrap-server`` (flag only: the environment's brokers might belong to another cluster
 than the flag's ZooKeeper) overrides the brokers registered in ZooKeeper.
+
+``--isolation-level`` (default ``read_committed``, as ``loglake consume``): what the views'
+hot tail shows (sql_views.py). ``read_committed`` reads up to each partition's last stable
+offset and skips aborted records, so the answer holds committed records only (the tiered side
+always does); ``read_uncommitted`` also shows the records of open and aborted transactions not
+tiered yet.
 
 Output (stdout): ``table`` aligned columns (cells longer than ``--max-width`` are cut with
 ``...``), ``json`` one object per row (JSON Lines), ``csv`` a header line and the rows. Binary
@@ -50,6 +57,7 @@ _PYSPARK_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger"
 DEFAULT_MAX_ROWS = 1000
 ZOOKEEPER_TIMEOUT_S = 10.0
 DEFAULT_MAX_WIDTH = 80
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 
 class SqlError(LoglakeError):
@@ -91,6 +99,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--max-width", type=_positive_int, default=DEFAULT_MAX_WIDTH,
                         metavar="N", help="cut table cells after N characters "
                         f"(default {DEFAULT_MAX_WIDTH})")
+    parser.add_argument("--isolation-level", choices=ISOLATION_LEVELS,
+                        default="read_committed",
+                        help="read_committed (default): only committed records; "
+                        "read_uncommitted: also those of open and aborted transactions")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.set_defaults(handler=run_sql)
 
@@ -119,7 +131,8 @@ def run_sql(args: argparse.Namespace) -> int:
     spark = quiet_session(args.master)
     try:
         register_topics(spark, zookeeper=zookeeper, topics=named,
-                        bootstrap_servers=args.bootstrap_server)
+                        bootstrap_servers=args.bootstrap_server,
+                        isolation_level=args.isolation_level)
         try:
             frame = spark.sql(args.query)
             columns = list(frame.columns)
