@@ -31,12 +31,13 @@ Errors: non-retriable errors (unknown topic, offset out of range with ``auto_off
 broker restarting, a transient transport failure) are recorded in :attr:`Consumer.last_error` and
 polling continues, since librdkafka recovers from them by itself.
 
-**Isolation** (``isolation_level``): ``read_committed`` (the default, as librdkafka's and the
-Java client's) returns only records of committed transactions and stops at a partition's last
-stable offset while a transaction there is open; ``read_uncommitted`` returns everything up to
-the high watermark, aborted records included. Control records (transaction markers) are never
-returned. :meth:`Consumer.group_metadata` is what a transactional producer's
-``send_offsets_to_transaction`` needs (consume-transform-produce: ``loglake.client.transform``).
+**Isolation** (``isolation_level``): ``read_committed`` (the default, as librdkafka's; the Java
+client defaults to ``read_uncommitted``) returns only records of committed transactions and
+stops at a partition's last stable offset while a transaction there is open;
+``read_uncommitted`` returns everything up to the high watermark, aborted records included.
+Control records (transaction markers) are never returned. :meth:`Consumer.group_metadata` is
+what a transactional producer's ``send_offsets_to_transaction`` needs (consume-transform-produce:
+``loglake.client.transform``).
 
 Not thread-safe: use a ``Consumer`` from one thread.
 """

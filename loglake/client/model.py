@@ -139,7 +139,7 @@ TopicPartitionKey = tuple[str, int]
 
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
 """What a consumer reads: only records of committed transactions (up to the last stable
-offset; librdkafka's and the Java client's default) or everything up to the high watermark."""
+offset; librdkafka's default, not the Java client's) or everything up to the high watermark."""
 
 ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_committed", "read_uncommitted")
 

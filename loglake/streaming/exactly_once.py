@@ -31,8 +31,9 @@ all. The driver's ``commit`` has nothing transactional left to do.
 (deterministic partitioning): Spark guarantees it for replayable sources (``format("loglake")``,
 Kafka, files) and deterministic plans; a nondeterministic plan (``repartition(n)`` without keys
 after a nondeterministic step, rows that depend on the clock) may write a row again under another
-partition id, or skip one. Readers must use ``read_committed`` (the default of librdkafka, the
-Java client and ``format("loglake")``); ``read_uncommitted`` readers also see aborted attempts.
+partition id, or skip one. Readers must use ``read_committed`` (the default of librdkafka and
+``format("loglake")``; the Java client and Spark's Kafka source default to ``read_uncommitted``,
+set ``isolation.level``); ``read_uncommitted`` readers also see aborted attempts.
 The marker group's offsets must outlive the query's restart gap (groups without members keep
 their offsets for the brokers' offset retention). A batch ``write`` that fails as a whole keeps
 the tasks that committed (like Spark's own sinks, a job is not one transaction).
