@@ -10,6 +10,10 @@
   as Kafka's clients are) and none of that batch becomes visible; a restarted processor (same
   transactional id) completes the copy.
 
+* the bare Producer whose transaction timed out: the fencing surfaces as FatalTransactionError
+  from ``flush`` (confluent-kafka raises it while serving delivery reports, which used to leak a
+  ``SystemError``), from ``commit_transaction`` and from ``abort_transaction``.
+
 Either way the destination, read ``read_committed``, holds each input's output exactly once and
 the group's committed offsets are the source's end. Own one-broker cluster on the session's
 ZooKeeper: the coordinator checks for timed-out transactions every 300 ms (default 10 s).
@@ -135,3 +139,23 @@ def test_timed_out_transaction_fences_and_a_restart_completes(dev: DevCluster,
                               idle_timeout_s=3.0)
     assert restarted.records_in == 200 - len(committed), restarted
     _check_once(bootstrap, source, dest, group, 200, output)
+
+
+def test_fenced_producer_raises_fatal_errors_from_flush(dev: DevCluster,
+                                                        topic_name: str) -> None:
+    bootstrap = dev.bootstrap_servers
+    create_topic(bootstrap, topic_name, 1)
+    producer = Producer(bootstrap, transactional_id=f"t-{uuid.uuid4().hex[:8]}",
+                        transaction_timeout_ms=1500, delivery_timeout_ms=1500)
+    producer.begin_transaction()
+    producer.send(topic_name, "first", partition=0)
+    assert producer.flush(10) == 0
+    time.sleep(4.0)  # the coordinator aborts the transaction and bumps the epoch
+    producer.send(topic_name, "late", partition=0)
+    with pytest.raises(FatalTransactionError):
+        producer.flush(10)
+    with pytest.raises(FatalTransactionError):
+        producer.commit_transaction()
+    with pytest.raises(FatalTransactionError):
+        producer.abort_transaction()
+    assert _read(bootstrap, topic_name, "read_committed", 2) == []

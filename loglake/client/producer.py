@@ -314,12 +314,12 @@ class Producer:
                         code=ErrorCode.request_timed_out,
                         hint="the cluster is not accepting records; check broker health",
                     ) from None
-                self._producer.poll(_QUEUE_FULL_BACKOFF_S)
+                self._serve(_QUEUE_FULL_BACKOFF_S, operation)
             except KafkaException as exc:
                 raise self._send_failure(exc, operation) from exc
             except Exception as exc:
                 raise from_exception(exc, operation) from exc
-        self._producer.poll(0)
+        self._serve(0, operation)
         return delivery
 
     def _send_failure(self, exc: KafkaException, operation: str) -> LoglakeError:
@@ -455,7 +455,15 @@ class Producer:
 
     def poll(self, timeout: float = 0.0) -> int:
         """Serve delivery reports for up to ``timeout`` seconds; returns how many were served."""
-        return self._producer.poll(timeout)
+        return self._serve(timeout, f"poll of producer to {self._bootstrap}")
+
+    def _serve(self, timeout: float, operation: str) -> int:
+        """``poll`` of librdkafka, its failures typed (a fenced transactional producer raises
+        :class:`FatalTransactionError`)."""
+        try:
+            return self._producer.poll(timeout)
+        except (KafkaException, SystemError) as exc:
+            raise _typed(exc, operation) from exc
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every queued record is reported; returns how many are still pending.
@@ -467,8 +475,8 @@ class Producer:
         """
         try:
             return self._producer.flush(-1 if timeout is None else timeout)
-        except KafkaException as exc:
-            raise transaction_exception(exc, f"flush of producer to {self._bootstrap}") from exc
+        except (KafkaException, SystemError) as exc:
+            raise _typed(exc, f"flush of producer to {self._bootstrap}") from exc
 
     def __len__(self) -> int:
         """Records sent but not yet reported."""
@@ -487,6 +495,17 @@ class Producer:
                 f"producer to {self._bootstrap}: {pending} records still undelivered at close",
                 code=ErrorCode.request_timed_out,
             )
+
+
+def _typed(exc: KafkaException | SystemError, operation: str) -> Exception:
+    """The loglake error for a failure of librdkafka's ``poll``/``flush``. confluent-kafka raises
+    a fatal error (a fenced transactional producer) from them while it still serves delivery
+    reports: the report callback's next call into the C extension then fails with a
+    ``SystemError`` whose cause is that ``KafkaException``; the cause is what happened."""
+    cause = exc.__cause__ if isinstance(exc, SystemError) else exc
+    if isinstance(cause, KafkaException):
+        return transaction_exception(cause, operation)
+    return exc
 
 
 def _or_unknown(number: int | None) -> int:
