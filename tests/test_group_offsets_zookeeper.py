@@ -32,6 +32,7 @@ from loglake.catalog.groups import (
 )
 from loglake.client import Admin
 from loglake.dev.harness import DevCluster, wait_until
+from tests.zk_util import fresh_chroot
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -76,14 +77,7 @@ def test_garbage_is_refused() -> None:
 @pytest.fixture
 def zk_hosts(zookeeper_hosts: str) -> str:
     """The session's ZooKeeper under a fresh chroot (an empty tree for this test)."""
-    chroot = f"/offsets-{uuid.uuid4().hex[:12]}"
-    root = _client(zookeeper_hosts)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    return zookeeper_hosts + chroot
+    return fresh_chroot(zookeeper_hosts, "offsets")
 
 
 def _client(hosts: str) -> KazooClient:

@@ -28,6 +28,7 @@ from loglake.broker.zk_session import ZkSession
 from loglake.catalog.transactions import TRANSACTIONS
 from loglake.catalog.zookeeper import BrokerInfo, ClusterCatalog, TopicMetadata
 from loglake.config import BrokerConfig
+from tests.zk_util import fresh_chroot
 
 pytestmark = pytest.mark.timeout(120)
 T = TypeVar("T")
@@ -87,15 +88,7 @@ class Node:
 
 @pytest.fixture
 def zk_connect(zookeeper_hosts: str) -> str:
-    chroot = f"/txn-coordinator-{uuid.uuid4().hex[:12]}"
-    root = KazooClient(hosts=zookeeper_hosts, timeout=10)
-    root.start(timeout=20)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    return zookeeper_hosts + chroot
+    return fresh_chroot(zookeeper_hosts, "txn-coordinator")
 
 
 @pytest.fixture(autouse=True)

@@ -27,21 +27,14 @@ from loglake.broker.transactions.state import TransactionState, new_metadata
 from loglake.catalog.transactions import id_path
 from loglake.client import _wire
 from tests.test_txn_coordinator import Node, _code, _id_for, run
+from tests.zk_util import fresh_chroot
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
 def connect(zookeeper_hosts: str) -> str:
-    chroot = f"/txn-hardening-{uuid.uuid4().hex[:12]}"
-    root = KazooClient(hosts=zookeeper_hosts, timeout=10)
-    root.start(timeout=20)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    return zookeeper_hosts + chroot
+    return fresh_chroot(zookeeper_hosts, "txn-hardening")
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.groups.coordinator import GroupCoordinator, GroupError, coordinator_for
@@ -47,6 +46,7 @@ from loglake.config import BrokerConfig
 from loglake.dev.harness import DevCluster
 from loglake.errors import InvalidProducerEpochError
 from tests.admin_util import create_topic
+from tests.zk_util import fresh_chroot
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -136,15 +136,7 @@ class Node:
 
 @pytest.fixture
 def zk_connect(zookeeper_hosts: str) -> str:
-    chroot = f"/txn-offsets-{uuid.uuid4().hex[:12]}"
-    root = KazooClient(hosts=zookeeper_hosts, timeout=10)
-    root.start(timeout=20)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    return zookeeper_hosts + chroot
+    return fresh_chroot(zookeeper_hosts, "txn-offsets")
 
 
 @pytest.fixture
