@@ -72,6 +72,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import ZnodeStat
 
+from loglake.catalog.claims import claim_ephemeral
 from loglake.errors import LoglakeError
 
 log = logging.getLogger(__name__)
@@ -266,17 +267,8 @@ class GroupStore:
     # ---- coordinator ownership
     def claim(self, group_id: str, broker_id: int) -> bool:
         """Become the group's coordinator unless another live session holds it."""
-        path = f"{_group(group_id)}/owner"
         self.zk.ensure_path(_group(group_id))
-        try:
-            self.zk.create(path, str(broker_id).encode(), ephemeral=True)
-            return True
-        except NodeExistsError:
-            try:
-                _, stat = self.zk.get(path)
-            except NoNodeError:
-                return self.claim(group_id, broker_id)
-            return bool(stat.ephemeralOwner == self.zk.client_id[0])
+        return claim_ephemeral(self.zk, f"{_group(group_id)}/owner", str(broker_id).encode())
 
     def release(self, group_id: str) -> None:
         path = f"{_group(group_id)}/owner"

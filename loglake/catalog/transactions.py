@@ -45,8 +45,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoNodeError
 
+from loglake.catalog.claims import claim_ephemeral
 from loglake.catalog.groups import group_id_of, group_node
 from loglake.catalog.zookeeper import ZooKeeperUnavailableError, zookeeper_unavailable
 from loglake.errors import LoglakeError
@@ -101,19 +102,9 @@ class TransactionStore:
     @_zookeeper_op
     def claim(self, partition: int, broker_id: int) -> bool:
         """Hold ``owner`` of ``partition`` unless another live session holds it."""
-        path = f"{_partition(partition)}/owner"
         self.zk.ensure_path(f"{_partition(partition)}/ids")
-        for _ in range(3):
-            try:
-                self.zk.create(path, str(broker_id).encode(), ephemeral=True)
-                return True
-            except NodeExistsError:
-                try:
-                    _, stat = self.zk.get(path)
-                except NoNodeError:
-                    continue
-                return bool(stat.ephemeralOwner == self.zk.client_id[0])
-        return False
+        return claim_ephemeral(self.zk, f"{_partition(partition)}/owner",
+                               str(broker_id).encode())
 
     @_zookeeper_op
     def release(self, partition: int) -> None:
