@@ -139,14 +139,30 @@ async def leave_group(services: BrokerServices, frame: RequestFrame) -> Any:
     return build(cls, {"error_code": top, "members": members})
 
 
-async def offset_commit(services: BrokerServices, frame: RequestFrame) -> Any:
-    request = frame.body
-    offsets = {
+def _requested_offsets(request: Any) -> dict[tuple[str, int], tuple[int, int, str | None]]:
+    """(topic, partition) -> (offset, leader epoch, metadata) of an OffsetCommit or
+    TxnOffsetCommit request."""
+    return {
         (topic.name, p.partition_index): (p.committed_offset,
                                           getattr(p, "committed_leader_epoch", -1),
                                           p.committed_metadata)
         for topic in request.topics for p in topic.partitions
     }
+
+
+def _commit_response(api_key: int, version: int,
+                     errors: dict[tuple[str, int], ErrorCode]) -> Any:
+    """An OffsetCommit / TxnOffsetCommit response: one error code per partition."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), error in errors.items():
+        topics.setdefault(topic, []).append({"partition_index": partition, "error_code": error})
+    return build(response_class(api_key, version), {
+        "topics": [{"name": t, "partitions": p} for t, p in topics.items()]})
+
+
+async def offset_commit(services: BrokerServices, frame: RequestFrame) -> Any:
+    request = frame.body
+    offsets = _requested_offsets(request)
     try:
         errors = await services.groups.commit(
             request.group_id, generation=request.generation_id_or_member_epoch,
@@ -155,21 +171,12 @@ async def offset_commit(services: BrokerServices, frame: RequestFrame) -> Any:
         )
     except LoglakeError as exc:
         errors = dict.fromkeys(offsets, exc.code)
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), error in errors.items():
-        topics.setdefault(topic, []).append({"partition_index": partition, "error_code": error})
-    return build(response_class(8, frame.api_version), {
-        "topics": [{"name": t, "partitions": p} for t, p in topics.items()]})
+    return _commit_response(8, frame.api_version, errors)
 
 
 async def txn_offset_commit(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
-    offsets = {
-        (topic.name, p.partition_index): (p.committed_offset,
-                                          getattr(p, "committed_leader_epoch", -1),
-                                          p.committed_metadata)
-        for topic in request.topics for p in topic.partitions
-    }
+    offsets = _requested_offsets(request)
     try:
         errors = await services.groups.txn_commit(
             request.group_id, producer_id=request.producer_id,
@@ -180,11 +187,7 @@ async def txn_offset_commit(services: BrokerServices, frame: RequestFrame) -> An
         )
     except LoglakeError as exc:
         errors = dict.fromkeys(offsets, exc.code)
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), error in errors.items():
-        topics.setdefault(topic, []).append({"partition_index": partition, "error_code": error})
-    return build(response_class(28, frame.api_version), {
-        "topics": [{"name": t, "partitions": p} for t, p in topics.items()]})
+    return _commit_response(28, frame.api_version, errors)
 
 
 async def offset_fetch(services: BrokerServices, frame: RequestFrame) -> Any:
