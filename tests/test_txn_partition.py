@@ -240,7 +240,8 @@ def test_follower_replay_gives_the_same_lso_and_aborted_list(tmp_path: Path) -> 
     _workload(leader, 10)
     offset = 0
     for _ in range(1000):  # bounded: a few hundred bytes per call
-        chunk = leader.read(offset, 700, min_one_batch=True, committed_only=False)
+        chunk = leader.read(offset, 700, min_one_batch=True,
+                            end=leader.log.log_end_offset)
         if not chunk:
             break
         follower.append_as_follower(chunk, leader.high_watermark)

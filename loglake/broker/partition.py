@@ -504,12 +504,16 @@ class Partition:
             all_from_at_or_below=min(offset, self.log.checkpointed_recovery_point))
 
     # ------------------------------------------------------------------ reads and waits
-    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool,
-             committed_only: bool = True) -> bytes:
-        """Batches from ``offset``: below HW for consumers, up to LEO for followers."""
-        return self.log.read(offset, max_bytes,
-                             max_offset=self._hw if committed_only else None,
-                             min_one_batch=min_one_batch)
+    def visible_end(self, *, from_follower: bool, read_committed: bool) -> int:
+        """The offset a fetch reads below: the log end for followers, the high watermark for
+        read_uncommitted consumers, the last stable offset for read_committed ones."""
+        if from_follower:
+            return self.log.log_end_offset
+        return self.last_stable_offset if read_committed else self._hw
+
+    def read(self, offset: int, max_bytes: int, *, min_one_batch: bool, end: int) -> bytes:
+        """Batches from ``offset`` below ``end`` (:meth:`visible_end`)."""
+        return self.log.read(offset, max_bytes, max_offset=end, min_one_batch=min_one_batch)
 
     def waiter(self) -> asyncio.Future[None]:
         """A future completed at the next change (see the module: append, HW or log-start

@@ -443,12 +443,12 @@ class ReplicaManager:
                 if throttled:
                     limit = min(limit, self.quotas.leader.available())
                 records = b""
-                visible = _visible_end(partition, params)
+                visible = partition.visible_end(from_follower=params.from_follower,
+                                                read_committed=params.read_committed)
                 if want.fetch_offset < visible and (
                         limit > 0 or (attempt.total == 0 and not throttled)):
-                    records = partition.log.read(want.fetch_offset, max(limit, 0),
-                                                 max_offset=visible,
-                                                 min_one_batch=attempt.total == 0)
+                    records = partition.read(want.fetch_offset, max(limit, 0), end=visible,
+                                             min_one_batch=attempt.total == 0)
                 if throttled:
                     self.quotas.leader.record(len(records))
                 if records and params.read_committed:
@@ -675,16 +675,6 @@ def produce_error(code: ErrorCode) -> ErrorCode:
     if code == ErrorCode.producer_fenced:
         return ErrorCode.invalid_producer_epoch
     return code
-
-
-def _visible_end(partition: Partition, params: FetchParams) -> int:
-    """The offset a fetch reads below: the log end for followers, the high watermark for
-    read_uncommitted consumers, the last stable offset for read_committed ones."""
-    if params.from_follower:
-        return partition.log.log_end_offset
-    if params.read_committed:
-        return partition.last_stable_offset
-    return partition.high_watermark
 
 
 def aborted_in(partition: Partition, fetch_offset: int, visible: int,
