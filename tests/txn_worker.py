@@ -64,7 +64,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = time.monotonic() + args.max_seconds
     producer.init_transactions(max(1.0, deadline - time.monotonic()))
     consumer.subscribe([args.input])
-    processed = 0
     idle_since = time.monotonic()
     try:
         while not stop and time.monotonic() < deadline:
@@ -85,7 +84,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 producer.send_offsets_to_transaction(
                     positions, consumer.consumer_group_metadata(), 30)
                 producer.commit_transaction(30)
-                processed += len(messages)
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 if error.fatal():
@@ -97,7 +95,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 elif error.retriable():
                     # the outcome of the commit is unknown: retrying commit is what Kafka says
                     producer.commit_transaction(30)
-                    processed += len(messages)
                 else:
                     raise
             if args.pause:
