@@ -509,7 +509,7 @@ class ReplicaManager:
 
     async def _lookup(self, partition: Partition, timestamp: int,
                       read_committed: bool) -> tuple[int, int]:
-        end = partition.last_stable_offset if read_committed else partition.high_watermark
+        end = partition.visible_end(from_follower=False, read_committed=read_committed)
         if timestamp == EARLIEST_TIMESTAMP:
             return await self.tier.log_start(partition), -1
         if timestamp == LATEST_TIMESTAMP:
