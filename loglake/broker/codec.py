@@ -49,6 +49,7 @@ from kio.static.constants import EntityType
 
 from loglake.broker.legacy_schemas import LEGACY_REQUESTS, LEGACY_RESPONSES
 from loglake.broker.request_bounds import FrameBytes, FrameError, check_request
+from loglake.broker.security.session import Session, internal_session
 
 __all__ = ["FrameBytes", "FrameError", "RequestFrame", "build", "decode_header", "decode_request",
            "encode_response", "read_entity", "request_class", "response_class",
@@ -67,6 +68,9 @@ class RequestFrame:
     client_id: str | None
     body: Any
     client_host: str = ""
+    session: Session = dataclasses.field(default_factory=internal_session)
+    """The connection's security session (listener, principal): shared by every frame of a
+    connection, see broker/security/session.py."""
 
 
 @functools.cache

@@ -72,6 +72,7 @@ from loglake.broker.request_memory import (
     RequestMemory,
     RequestMemoryExhausted,
 )
+from loglake.broker.security.session import PLAINTEXT, Session
 
 if TYPE_CHECKING:
     from loglake.broker.services import BrokerServices
@@ -131,8 +132,10 @@ class KafkaServer:
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         holder = self.memory.register(writer.transport.abort, peer)
+        session = Session.for_listener(
+            PLAINTEXT, PLAINTEXT, str(peer[0]) if isinstance(peer, tuple) and peer else "")
         try:
-            await self._serve(reader, writer, peer, holder)
+            await self._serve(reader, writer, peer, holder, session)
         except (asyncio.IncompleteReadError, ConnectionError, RequestMemoryExhausted):
             pass
         except asyncio.CancelledError:
@@ -146,7 +149,7 @@ class KafkaServer:
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object,
-        holder: Holder,
+        holder: Holder, session: Session,
     ) -> None:
         max_size = self.config.socket_request_max_bytes
         while True:
@@ -156,7 +159,7 @@ class KafkaServer:
                 return
             data = await self._read_frame(reader, holder, size)
             try:
-                response = await self._handle(data, peer)
+                response = await self._handle(data, peer, session)
             except FrameError as exc:
                 log.warning("closing %s: %s", peer, exc)
                 return
@@ -185,7 +188,8 @@ class KafkaServer:
         self.memory.frame_complete(holder)
         return data
 
-    async def _handle(self, data: FrameBytes, peer: object = None) -> bytes | None:
+    async def _handle(self, data: FrameBytes, peer: object = None,
+                      session: Session | None = None) -> bytes | None:
         api_key, version, correlation_id = decode_header(data)
         api = API_TABLE.get(api_key)
         if api is None:
@@ -198,6 +202,8 @@ class KafkaServer:
         frame = decode_request(data, api_key, version)
         if isinstance(peer, tuple) and peer:
             frame = dataclasses.replace(frame, client_host=f"/{peer[0]}")
+        if session is not None:
+            frame = dataclasses.replace(frame, session=session)
         try:
             body = await api.handler(self.services, frame)
         except FrameError:

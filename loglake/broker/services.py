@@ -19,6 +19,8 @@ decode a request, call the part that owns the answer, and encode the response. T
                           the topic sync, topic_sync.py)
 ``broker_configs``        dynamic broker configs (:class:`DynamicBrokerConfigs`;
                           dynamic_config.py)
+``authorizer``            may a request's session do an operation on a resource
+                          (security/authorizer.py; allow-all without ``authorizer.class.name``)
 ========================  ==================================================================
 
 Built once by the broker at construction; every field is the long-lived part itself, so a
@@ -31,6 +33,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+
+from loglake.broker.security.authorizer import AllowAllAuthorizer, Authorizer
 
 if TYPE_CHECKING:
     from loglake.broker.controller import Controller
@@ -86,3 +90,4 @@ class BrokerServices:
     broker_configs: DynamicBrokerConfigs
     transactions: TransactionCoordinator
     clock: Callable[[], float] = field(default=time.time)
+    authorizer: Authorizer = field(default_factory=AllowAllAuthorizer)

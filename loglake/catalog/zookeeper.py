@@ -110,6 +110,7 @@ from loglake.catalog.groups import GroupStore
 from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
 
 if TYPE_CHECKING:
+    from loglake.catalog.entity_configs import EntityConfigStore
     from loglake.catalog.transactions import TransactionStore
 
 log = logging.getLogger(__name__)
@@ -1025,6 +1026,12 @@ class ClusterCatalog:
         session."""
         from loglake.catalog.transactions import TransactionStore
         return TransactionStore(self.zk)
+
+    def entity_configs(self) -> EntityConfigStore:
+        """User and client-id configs (SCRAM credentials, quotas): catalog/entity_configs.py.
+        Blocking calls: use them off the event loop."""
+        from loglake.catalog.entity_configs import EntityConfigStore
+        return EntityConfigStore(self.zk)
 
     # ---- configs
     @_zookeeper_op
