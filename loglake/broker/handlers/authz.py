@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -44,17 +44,27 @@ from loglake.broker.security.acl_model import CLUSTER_NAME, AclOperation, Resour
 
 if TYPE_CHECKING:
     from loglake.broker.codec import RequestFrame
-    from loglake.broker.services import BrokerServices
+    from loglake.broker.security.authorizer import Authorizer
 
 __all__ = [
     "AUTHORIZED_OPERATIONS_OMITTED", "CLUSTER_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
     "SUPPORTED_OPERATIONS", "TOPIC_AUTHORIZATION_FAILED",
-    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "allowed", "allowed_by_resource_type",
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "WithAuthorizer", "allowed",
+    "allowed_by_resource_type",
     "authorization_error", "authorized_operations", "authorizer_enabled", "cluster_allowed",
     "filter_authorized", "partition_authorized",
 ]
 
 T = TypeVar("T")
+
+
+class WithAuthorizer(Protocol):
+    """What these helpers use of the services: :class:`~loglake.broker.services.BrokerServices`
+    or a handler module's narrower services protocol that names ``authorizer``."""
+
+    @property
+    def authorizer(self) -> Authorizer: ...
+
 
 audit_log = logging.getLogger("loglake.authorizer")
 
@@ -98,12 +108,12 @@ def authorization_error(resource_type: ResourceType) -> ErrorCode:
         raise ValueError(f"no authorization error for {resource_type.name}") from None
 
 
-def authorizer_enabled(services: BrokerServices) -> bool:
+def authorizer_enabled(services: WithAuthorizer) -> bool:
     """True when an authorizer is configured (some requests may be refused)."""
     return bool(services.authorizer.enabled)
 
 
-def allowed(services: BrokerServices, frame: RequestFrame, operation: AclOperation,
+def allowed(services: WithAuthorizer, frame: RequestFrame, operation: AclOperation,
             resource_type: ResourceType, name: str, *, log_if_allowed: bool = True,
             log_if_denied: bool = True, ref_count: int = 1) -> bool:
     """May the request's session perform ``operation`` on the resource ``resource_type:name``
@@ -117,14 +127,14 @@ def allowed(services: BrokerServices, frame: RequestFrame, operation: AclOperati
     return ok
 
 
-def cluster_allowed(services: BrokerServices, frame: RequestFrame, operation: AclOperation, *,
+def cluster_allowed(services: WithAuthorizer, frame: RequestFrame, operation: AclOperation, *,
                     log_if_allowed: bool = True, log_if_denied: bool = True) -> bool:
     """:func:`allowed` on the cluster resource (``kafka-cluster``)."""
     return allowed(services, frame, operation, ResourceType.CLUSTER, CLUSTER_NAME,
                    log_if_allowed=log_if_allowed, log_if_denied=log_if_denied)
 
 
-def allowed_by_resource_type(services: BrokerServices, frame: RequestFrame,
+def allowed_by_resource_type(services: WithAuthorizer, frame: RequestFrame,
                              operation: AclOperation, resource_type: ResourceType) -> bool:
     """May the session perform ``operation`` on at least one resource of ``resource_type``
     (Kafka's ``authorizeByResourceType``, KIP-679). Not audited (Kafka does not either)."""
@@ -134,7 +144,7 @@ def allowed_by_resource_type(services: BrokerServices, frame: RequestFrame,
     return bool(authorizer.authorize_by_resource_type(frame.session, operation, resource_type))
 
 
-def filter_authorized(services: BrokerServices, frame: RequestFrame, operation: AclOperation,
+def filter_authorized(services: WithAuthorizer, frame: RequestFrame, operation: AclOperation,
                       resource_type: ResourceType, names: Iterable[str], *,
                       log_if_allowed: bool = True, log_if_denied: bool = True) -> set[str]:
     """The names among ``names`` the session may perform ``operation`` on; each distinct name
@@ -149,7 +159,7 @@ def filter_authorized(services: BrokerServices, frame: RequestFrame, operation: 
                        log_if_allowed=log_if_allowed, log_if_denied=log_if_denied)}
 
 
-def partition_authorized(services: BrokerServices, frame: RequestFrame,
+def partition_authorized(services: WithAuthorizer, frame: RequestFrame,
                          operation: AclOperation, resource_type: ResourceType,
                          items: Sequence[T], name_of: Callable[[T], str], *,
                          log_if_allowed: bool = True,
@@ -168,7 +178,7 @@ def partition_authorized(services: BrokerServices, frame: RequestFrame,
     return yes, no
 
 
-def authorized_operations(services: BrokerServices, frame: RequestFrame,
+def authorized_operations(services: WithAuthorizer, frame: RequestFrame,
                           resource_type: ResourceType, name: str) -> int:
     """Kafka's authorized-operations bitfield for the resource: ``1 << op`` for each operation
     of :data:`SUPPORTED_OPERATIONS` the session may perform (all of them without an authorizer).
