@@ -349,20 +349,107 @@ def _optional(text: str) -> str | None:
     return text or None
 
 
-def _listener(text: str) -> tuple[str, str]:
-    scheme, _, address = text.partition("://")
-    if scheme != "PLAINTEXT" or ":" not in address:
-        raise InvalidConfigError(f"listeners must look like PLAINTEXT://host:port, got {text!r}")
-    host, _, port = address.rpartition(":")
-    return host or "127.0.0.1", port
+@dataclass(frozen=True)
+class ListenerAddress:
+    """One entry of ``listeners`` / ``advertised.listeners``: ``NAME://host:port``. The name is
+    upper-cased (Kafka's listener names are case-insensitive); an empty host means 127.0.0.1
+    (loglake binds loopback unless told otherwise)."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+SECURITY_PROTOCOL_NAMES = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+"""Kafka's security protocols (the same names as broker/security/session.py's constants)."""
+
+DEFAULT_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
+LISTENER_PREFIX = "listener.name."
+"""``listener.name.<listener, lower case>.<setting>=<value>``: a setting for one listener only
+(Kafka's per-listener configs, e.g. ``listener.name.internal.ssl.keystore.location``); kept
+raw in ``BrokerConfig.listener_settings``, applied by :meth:`BrokerConfig.for_listener`."""
+
+PER_LISTENER_FORBIDDEN = frozenset({
+    "broker_id", "host", "port", "listeners", "advertised_listeners",
+    "listener_security_protocol_map", "inter_broker_listener_name",
+    "security_inter_broker_protocol", "zookeeper_connect", "log_dir"})
+"""Settings that describe the broker, not one listener: never taken from a listener prefix."""
+
+
+def _listeners(text: str) -> tuple[ListenerAddress, ...]:
+    result = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, address = item.partition("://")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not name.replace("_", "").isalnum() or not port.isdigit():
+            raise InvalidConfigError(
+                f"listeners must look like NAME://host:port[,NAME://host:port...] (e.g. "
+                f"PLAINTEXT://127.0.0.1:9092,SSL://127.0.0.1:9093), got {text!r}")
+        number = int(port)
+        if number > 65535:
+            raise InvalidConfigError(f"listener port out of range in {item!r}")
+        result.append(ListenerAddress(name.upper(), host.strip("[]") or "127.0.0.1", number))
+    if not result:
+        raise InvalidConfigError(f"no listener in {text!r}")
+    return tuple(result)
 
 
 def _listener_host(text: str) -> str:
-    return _listener(text)[0]
+    return _listeners(text)[0].host
 
 
 def _listener_port(text: str) -> int:
-    return int(_listener(text)[1])
+    return _listeners(text)[0].port
+
+
+def _protocol(text: str) -> str:
+    value = text.strip().upper()
+    if value not in SECURITY_PROTOCOL_NAMES:
+        raise InvalidConfigError(
+            f"unknown security protocol {text!r}: one of {', '.join(SECURITY_PROTOCOL_NAMES)}")
+    return value
+
+
+def _protocol_map(text: str) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, protocol = item.partition(":")
+        if not sep or not name.strip():
+            raise InvalidConfigError(
+                f"listener.security.protocol.map must look like NAME:PROTOCOL[,NAME:PROTOCOL"
+                f"...], got {text!r}")
+        pairs.append((name.strip().upper(), _protocol(protocol)))
+    return tuple(pairs)
+
+
+def _choice(*choices: str, lower: bool = False) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip().lower() if lower else text.strip()
+        if value not in choices:
+            raise InvalidConfigError(f"{text!r} is not one of: {', '.join(choices)}")
+        return value
+    return parse
+
+
+TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+
+
+def _tls_protocols(text: str) -> tuple[str, ...]:
+    values = tuple(part.strip() for part in text.split(",") if part.strip())
+    bad = [value for value in values if value not in TLS_PROTOCOLS]
+    if bad or not values:
+        raise InvalidConfigError(
+            f"ssl.enabled.protocols {text!r}: only {' and '.join(TLS_PROTOCOLS)} are supported "
+            "(TLS 1.0 and 1.1 are refused)")
+    return values
 
 
 def _dynamic(name: str) -> Callable[[str], Any]:
@@ -382,8 +469,10 @@ class BrokerConfig:
     """
 
     broker_id: int = _setting("broker.id", "This broker's id (required).", int)
-    host: str = _setting("listeners", "Address to listen on: PLAINTEXT://host:port.",
-                         _listener_host, absent=DEFAULT_LISTENER)
+    host: str = _setting(
+        "listeners", "Where to listen: NAME://host:port[,NAME://host:port...]; each name's "
+        "security protocol comes from listener.security.protocol.map (the first listener's "
+        "address is also host/port).", _listener_host, absent=DEFAULT_LISTENER)
     port: int = _setting("listeners", "The port of listeners.", _listener_port,
                          absent=DEFAULT_LISTENER)
     log_dir: Path = _setting(  # noqa: RUF009 (a dataclasses.field, not a default value)
@@ -391,6 +480,56 @@ class BrokerConfig:
         Path, absent="/tmp/loglake-logs")
     zookeeper_connect: str = _setting(
         "zookeeper.connect", "ZooKeeper: host:port[,host:port][/chroot] (required).", str)
+    listeners: tuple[ListenerAddress, ...] = _setting(
+        "listeners", "Every listener (empty: one PLAINTEXT listener on host:port).", _listeners,
+        (), absent=DEFAULT_LISTENER)
+    advertised_listeners: tuple[ListenerAddress, ...] = _setting(
+        "advertised.listeners", "The addresses published in ZooKeeper and answered in Metadata, "
+        "NAME://host:port per listener (none: the listeners' own addresses).", _listeners, ())
+    listener_security_protocol_map: tuple[tuple[str, str], ...] = _setting(
+        "listener.security.protocol.map", "Listener name -> security protocol "
+        "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), NAME:PROTOCOL,...", _protocol_map,
+        absent=DEFAULT_PROTOCOL_MAP, default=_protocol_map(DEFAULT_PROTOCOL_MAP))
+    inter_broker_listener_name: str | None = _setting(
+        "inter.broker.listener.name", "The listener brokers use to reach each other "
+        "(replication, transaction markers); not together with security.inter.broker.protocol.",
+        lambda text: text.strip().upper() or None, None)
+    security_inter_broker_protocol: str | None = _setting(
+        "security.inter.broker.protocol", "The inter-broker listener given by its security "
+        "protocol (the listener of that name), when inter.broker.listener.name is not set "
+        "(neither: PLAINTEXT).", _protocol, None)
+    ssl_keystore_location: str | None = _setting(
+        "ssl.keystore.location", "PEM file with the private key and the certificate chain "
+        "(leaf first) of TLS listeners.", _optional, None)
+    ssl_keystore_type: str = _setting(
+        "ssl.keystore.type", "Only PEM (JKS and PKCS12 keystores: convert them to PEM).",
+        _choice("PEM"), "PEM")
+    ssl_key_password: str | None = _setting(
+        "ssl.key.password", "Password of the keystore's encrypted private key (none: not "
+        "encrypted).", _optional, None)
+    ssl_truststore_location: str | None = _setting(
+        "ssl.truststore.location", "PEM bundle of the CA certificates trusted for client "
+        "certificates (and, inter-broker, for other brokers' certificates; none: the system's "
+        "CAs).", _optional, None)
+    ssl_truststore_type: str = _setting(
+        "ssl.truststore.type", "Only PEM.", _choice("PEM"), "PEM")
+    ssl_client_auth: str = _setting(
+        "ssl.client.auth", "Client certificates on TLS listeners: none, requested (verified if "
+        "sent) or required.", _choice("none", "requested", "required", lower=True), "none")
+    ssl_principal_mapping_rules: str = _setting(
+        "ssl.principal.mapping.rules", "How a client certificate's subject becomes a user name: "
+        "DEFAULT (the whole distinguished name) and RULE:pattern/replacement/[LU], first match "
+        "wins.", str, "DEFAULT")
+    ssl_enabled_protocols: tuple[str, ...] = _setting(
+        "ssl.enabled.protocols", "TLS versions accepted: TLSv1.2 and/or TLSv1.3 (older ones "
+        "are refused).", _tls_protocols, TLS_PROTOCOLS)
+    ssl_protocol: str = _setting(
+        "ssl.protocol", "Kafka's SSLContext protocol name; TLSv1.2 or TLSv1.3 (the versions "
+        "are set by ssl.enabled.protocols).", _choice("TLS", "TLSv1.2", "TLSv1.3"), "TLSv1.3")
+    ssl_endpoint_identification_algorithm: str = _setting(
+        "ssl.endpoint.identification.algorithm", "https: inter-broker TLS connections check "
+        "that the other broker's certificate names its host; empty: no host name check.",
+        _choice("https", "", lower=True), "https")
     rack: str | None = _setting("broker.rack", "This broker's rack (none: empty).", _optional,
                                 None)
     auto_create_topics_enable: bool = _setting(
@@ -476,8 +615,11 @@ class BrokerConfig:
         "producer.id.expiration.check.interval.ms", "How often partitions remove expired "
         "producer ids.", int, 600000)
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    listener_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Every ``listener.name.<listener>.<key>`` property, raw (see LISTENER_PREFIX)."""
 
     def __post_init__(self) -> None:
+        self._check_listeners()
         if self.queued_max_request_bytes != -1 and (
             self.queued_max_request_bytes < self.socket_request_max_bytes
         ):
@@ -496,7 +638,9 @@ class BrokerConfig:
         known |= set(TOPIC_DEFAULT_PROPERTIES)
         storage_options = {k[len(STORAGE_OPTION_PREFIX):]: v for k, v in props.items()
                            if k.startswith(STORAGE_OPTION_PREFIX)}
-        unknown = sorted(k for k in set(props) - known if not k.startswith(STORAGE_OPTION_PREFIX))
+        listener_settings = {k: v for k, v in props.items() if k.startswith(LISTENER_PREFIX)}
+        unknown = sorted(k for k in set(props) - known
+                         if not k.startswith((STORAGE_OPTION_PREFIX, LISTENER_PREFIX)))
         if unknown:
             raise InvalidConfigError(f"Unknown broker setting(s): {', '.join(unknown)}")
         for attribute, setting in settings.items():
@@ -514,10 +658,96 @@ class BrokerConfig:
                            setting.absent)
                 if raw is not None:
                     values[attribute] = setting.parse(raw)
-            return cls(**values, remote_log_storage_options=storage_options,
-                       topic_defaults=topic_defaults)
+            config = cls(**values, remote_log_storage_options=storage_options,
+                         topic_defaults=topic_defaults, listener_settings=listener_settings)
+            for listener in config.effective_listeners:
+                config.for_listener(listener.name)  # validate the per-listener values now
+            return config
         except ValueError as exc:
             raise InvalidConfigError(f"Invalid broker setting: {exc}") from None
+
+    # ---- listeners
+    @property
+    def effective_listeners(self) -> tuple[ListenerAddress, ...]:
+        """``listeners``, or one PLAINTEXT listener on host:port when none is given."""
+        return self.listeners or (ListenerAddress("PLAINTEXT", self.host, self.port),)
+
+    @property
+    def effective_advertised_listeners(self) -> tuple[ListenerAddress, ...]:
+        """``advertised.listeners``, each listener not named there at its own address (Kafka
+        takes the listeners' addresses when advertised.listeners is not set)."""
+        named = {address.name: address for address in self.advertised_listeners}
+        return tuple(named.get(address.name, address) for address in self.effective_listeners)
+
+    @property
+    def security_protocol_map(self) -> dict[str, str]:
+        return dict(self.listener_security_protocol_map)
+
+    def security_protocol(self, listener: str) -> str:
+        """The security protocol of listener ``listener`` (checked to exist at load)."""
+        return self.security_protocol_map[listener.upper()]
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener name brokers use between themselves."""
+        return (self.inter_broker_listener_name or self.security_inter_broker_protocol
+                or "PLAINTEXT")
+
+    def listener_setting(self, listener: str, key: str) -> str | None:
+        """The raw ``listener.name.<listener>.<key>`` value, or None."""
+        return self.listener_settings.get(f"{LISTENER_PREFIX}{listener.lower()}.{key}")
+
+    def for_listener(self, listener: str) -> BrokerConfig:
+        """This config with the ``listener.name.<listener>.`` settings applied over the
+        broker-wide ones (keys that name a declared setting; others, such as
+        ``<mechanism>.sasl.jaas.config``, stay raw in ``listener_settings``)."""
+        prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+        settings = broker_settings()
+        by_name = {name: attribute for attribute, setting in settings.items()
+                   for name in setting.names if attribute not in PER_LISTENER_FORBIDDEN}
+        values: dict[str, Any] = {}
+        for key, raw in self.listener_settings.items():
+            if key.startswith(prefix) and (attribute := by_name.get(key[len(prefix):])):
+                try:
+                    values[attribute] = settings[attribute].parse(raw)
+                except ValueError as exc:
+                    raise InvalidConfigError(f"Invalid value for {key}: {exc}") from None
+        return dataclasses.replace(self, **values) if values else self
+
+    def _check_listeners(self) -> None:
+        """Kafka's cross-checks of the listener settings (KafkaConfig.validateValues)."""
+        listeners = self.effective_listeners
+        names = [address.name for address in listeners]
+        if len(set(names)) != len(names):
+            raise InvalidConfigError(f"listeners: each listener name must appear once: {names}")
+        ports = [address.port for address in listeners if address.port != 0]
+        if len(set(ports)) != len(ports):
+            raise InvalidConfigError(f"listeners: each listener needs its own port: {ports}")
+        protocols = self.security_protocol_map
+        for name in names:
+            if name not in protocols:
+                raise InvalidConfigError(
+                    f"No security protocol defined for listener {name}: add it to "
+                    "listener.security.protocol.map (NAME:PROTOCOL)")
+        for address in self.advertised_listeners:
+            if address.name not in names:
+                raise InvalidConfigError(
+                    f"advertised.listeners names listener {address.name}, which is not in "
+                    f"listeners ({', '.join(names)})")
+        for address in self.effective_advertised_listeners:
+            if address.host in ("0.0.0.0", "::"):
+                raise InvalidConfigError(
+                    f"advertised.listeners cannot use the nonroutable meta-address "
+                    f"{address.host} (listener {address.name}): set advertised.listeners to a "
+                    "routable address")
+        if self.inter_broker_listener_name and self.security_inter_broker_protocol:
+            raise InvalidConfigError("Only one of inter.broker.listener.name and "
+                                     "security.inter.broker.protocol should be set.")
+        if self.inter_broker_listener not in names:
+            raise InvalidConfigError(
+                f"inter.broker.listener.name must be a listener name defined in "
+                f"advertised.listeners: {self.inter_broker_listener} is not one of "
+                f"{', '.join(names)} (set inter.broker.listener.name)")
 
     def topic_config(self, overrides: Mapping[str, str] | None = None) -> TopicConfig:
         """Broker-level defaults, then the topic's own overrides."""

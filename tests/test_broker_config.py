@@ -54,7 +54,8 @@ def test_each_property_reaches_its_attribute() -> None:
     ({**REQUIRED, "no.such.setting": "1"}, "Unknown broker setting(s): no.such.setting"),
     ({"broker.id": "1"}, "Missing required broker setting zookeeper.connect"),
     ({**REQUIRED, "num.partitions": "many"}, "Invalid broker setting"),
-    ({**REQUIRED, "listeners": "SSL://h:1"}, "listeners must look like PLAINTEXT://host:port"),
+    ({**REQUIRED, "listeners": "PLAINTEXT//h:1"}, "listeners must look like NAME://host:port"),
+    ({**REQUIRED, "listeners": "SSL://h:1"}, "inter.broker.listener.name must be a listener"),
 ])
 def test_refusals_name_the_setting(props: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -35,6 +35,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -247,9 +248,32 @@ DEFAULT_STORAGE_DIR = "lake"  # under the dev cluster's data dir: where Delta ta
 # -- starting -------------------------------------------------------------------------------------
 
 
+_PORT_PLACEHOLDER = re.compile(r"\{port(?::(\d+))?\}")
+LISTENER_PORT_STEP = 100
+"""``{port:N}`` in a broker override is the broker's port + N * this (its N-th extra
+listener): brokers 1..B use base..base+B-1, so their second listeners use base+100.., and
+so on (keep B below 100)."""
+
+
+def expand_placeholders(value: str, broker_id: int, port: int) -> str:
+    """``{id}`` -> the broker id, ``{port}`` -> its port, ``{port:N}`` -> port + N * 100."""
+    value = value.replace("{id}", str(broker_id))
+    return _PORT_PLACEHOLDER.sub(
+        lambda m: str(port + LISTENER_PORT_STEP * int(m.group(1) or 0)), value)
+
+
+def listener_port_offsets(overrides: Mapping[str, str] | None) -> tuple[int, ...]:
+    """The offsets (N * 100, N > 0) of the extra listener ports named by ``{port:N}`` in
+    ``overrides``, so they can be checked free like the brokers' own ports."""
+    return tuple(sorted({LISTENER_PORT_STEP * int(n) for value in (overrides or {}).values()
+                         for n in _PORT_PLACEHOLDER.findall(value) if n and int(n) > 0}))
+
+
 def broker_properties(data_dir: Path, broker_id: int, port: int, zookeeper_connect: str,
                       overrides: Mapping[str, str] | None = None) -> str:
-    """The ``server.properties`` text of one dev broker (overrides win over our defaults)."""
+    """The ``server.properties`` text of one dev broker (overrides win over our defaults;
+    their values may hold ``{id}``, ``{port}`` and ``{port:N}``: :func:`expand_placeholders`).
+    """
     settings = {
         "broker.id": str(broker_id),
         "listeners": f"PLAINTEXT://{net.LOOPBACK}:{port}",
@@ -258,7 +282,8 @@ def broker_properties(data_dir: Path, broker_id: int, port: int, zookeeper_conne
         # every broker tiers into the same Delta tables: by default a folder of the dev cluster
         "remote.log.storage.url": str(data_dir / DEFAULT_STORAGE_DIR),
     }
-    settings.update(overrides or {})
+    settings.update({key: expand_placeholders(value, broker_id, port)
+                     for key, value in (overrides or {}).items()})
     lines = ["# Written by `loglake dev up`; rewritten on every start."]
     lines += [f"{key}={value}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
@@ -399,10 +424,12 @@ def up(
             _zookeeper_servers(data_dir, first_zk_port, zookeepers)
         zk_commands = [server.command() for server in servers]  # fails early without java
         wanted = [base_port + index for index in range(brokers)]
+        extra_ports = [port + offset for port in wanted
+                       for offset in listener_port_offsets(broker_overrides)]
         wanted += [server.client_port for server in servers]
         wanted += [port for server in servers[:1] for peer in server.peers
                    for port in (peer.peer_port, peer.election_port)]
-        busy = [port for port in wanted if not net.port_is_free(port)]
+        busy = [port for port in wanted + extra_ports if not net.port_is_free(port)]
         if busy:
             raise StartupError(f"ports already in use: {', '.join(map(str, busy))}",
                                hint="stop what listens there or pick another --base-port")

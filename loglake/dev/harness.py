@@ -163,7 +163,9 @@ class DevCluster:
         zk_ports = 0 if zookeeper is not None else 1 if zookeepers == 1 else 3 * zookeepers
         if base_port is None or zookeeper_port is None:
             # one block for everything, so the broker and ZooKeeper ranges cannot overlap
-            first = free_port_block(brokers + zk_ports)
+            first = free_port_block(brokers + zk_ports, also=[
+                index + offset for index in range(brokers)
+                for offset in cluster.listener_port_offsets(broker_overrides)])
             base_port = first if base_port is None else base_port
             zookeeper_port = first + brokers if zookeeper_port is None else zookeeper_port
         self.data_dir = Path(data_dir).absolute()

@@ -11,6 +11,7 @@ import os
 import random
 import socket
 import struct
+from collections.abc import Sequence
 
 LOOPBACK = "127.0.0.1"
 
@@ -40,8 +41,9 @@ def ephemeral_port_range() -> tuple[int, int]:
     return low, high
 
 
-def free_port_block(count: int, *, attempts: int = 200) -> int:
-    """First port of ``count`` consecutive ports that are free on 127.0.0.1 right now.
+def free_port_block(count: int, *, attempts: int = 200, also: Sequence[int] = ()) -> int:
+    """First port of ``count`` consecutive ports that are free on 127.0.0.1 right now (and
+    ``first + offset`` for each offset in ``also``: a dev broker's extra listener ports).
 
     Ports are drawn below the kernel's ephemeral range (so outgoing connections do not take them
     later) from a generator seeded with the pid (so parallel test processes spread out). A port
@@ -54,7 +56,9 @@ def free_port_block(count: int, *, attempts: int = 200) -> int:
     rng = random.Random(os.getpid() ^ int.from_bytes(os.urandom(4), "big"))
     for _ in range(attempts):
         first = rng.randrange(bottom, top)
-        if all(port_is_free(port) for port in range(first, first + count)):
+        if first + max(also, default=0) < 65536 and all(
+                port_is_free(port) for port in
+                [*range(first, first + count), *(first + offset for offset in also)]):
             return first
     raise OSError(f"no block of {count} free consecutive loopback ports found")
 

@@ -16,6 +16,7 @@ Event loop only (one connection's requests are handled one at a time).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,10 @@ class Session:
     sasl_state: Any = field(default=None, repr=False)
     """The SASL part's per-connection state (handshake done, mechanism exchange in progress,
     failed attempts); opaque to everything else."""
+    close_connection: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    """Closes this connection's transport at once (set by broker/server.py when the connection
+    is accepted; None for internal sessions). For timers that end a connection from outside
+    its request loop (the SASL authentication time limit); safe to call more than once."""
 
     @classmethod
     def for_listener(cls, listener: str, security_protocol: str, client_host: str) -> Session:
