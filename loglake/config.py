@@ -452,6 +452,19 @@ def _tls_protocols(text: str) -> tuple[str, ...]:
     return values
 
 
+SASL_MECHANISM_NAMES = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _sasl_mechanisms(text: str) -> tuple[str, ...]:
+    values = tuple(part.strip().upper() for part in text.split(",") if part.strip())
+    bad = [value for value in values if value not in SASL_MECHANISM_NAMES]
+    if bad:
+        raise InvalidConfigError(
+            f"sasl.enabled.mechanisms {text!r}: loglake serves {', '.join(SASL_MECHANISM_NAMES)}"
+            f" (not {', '.join(bad)})")
+    return values
+
+
 def _dynamic(name: str) -> Callable[[str], Any]:
     return DYNAMIC_BROKER_CONFIG_KEYS[name].parse
 
@@ -614,6 +627,40 @@ class BrokerConfig:
     producer_id_expiration_check_interval_ms: int = _setting(
         "producer.id.expiration.check.interval.ms", "How often partitions remove expired "
         "producer ids.", int, 600000)
+    # ---- SASL (SASL_PLAINTEXT / SASL_SSL listeners; each may be set per listener with
+    # listener.name.<listener>.<key>; see broker/security/sasl_settings.py)
+    sasl_enabled_mechanisms: tuple[str, ...] = _setting(
+        "sasl.enabled.mechanisms", "SASL mechanisms SASL listeners accept: PLAIN, "
+        "SCRAM-SHA-256, SCRAM-SHA-512 (Kafka's default GSSAPI is not served).", _sasl_mechanisms,
+        ("SCRAM-SHA-256", "SCRAM-SHA-512"))
+    sasl_mechanism_inter_broker_protocol: str = _setting(
+        "sasl.mechanism.inter.broker.protocol", "SASL mechanism of the broker's own "
+        "connections to other brokers on a SASL inter-broker listener (PLAIN, SCRAM-SHA-256 or "
+        "SCRAM-SHA-512; Kafka's default GSSAPI is not served).", str, "GSSAPI")
+    sasl_jaas_config: str | None = _setting(
+        "sasl.jaas.config", "A JAAS entry for every SASL listener (Kafka takes it per listener "
+        "and mechanism: listener.name.<l>.<mechanism>.sasl.jaas.config). PLAIN users: "
+        'user_<name>="<password>" options; the broker\'s own login: username/password.',
+        _optional, None)
+    sasl_jaas_file: str | None = _setting(
+        ("sasl.jaas.file", "java.security.auth.login.config"), "A JAAS file whose "
+        "'<listener>.KafkaServer' or 'KafkaServer' section holds the PLAIN users "
+        "(user_<name>=\"<password>\") when no sasl.jaas.config applies (Kafka: the JVM's "
+        "java.security.auth.login.config).", _optional, None)
+    sasl_server_max_receive_size: int = _setting(
+        "sasl.server.max.receive.size", "Largest frame accepted before a SASL connection has "
+        "authenticated (larger: connection closed).", int, 524288)
+    sasl_server_authentication_timeout_ms: int = _setting(
+        "sasl.server.authentication.timeout.ms", "A connection to a SASL listener that has not "
+        "authenticated within this time is closed (loglake's; Kafka relies on "
+        "connections.max.idle.ms).", int, 10000)
+    connection_failed_authentication_delay_ms: int = _setting(
+        "connection.failed.authentication.delay.ms", "A failed authentication is answered "
+        "after this delay and the connection then serves nothing else (Kafka's).", int, 100)
+    connections_max_reauth_ms: int = _setting(
+        "connections.max.reauth.ms", "KIP-368: when positive, SASL sessions last at most this "
+        "long; clients re-authenticate on the connection before (0: sessions never expire).",
+        int, 0)
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
     listener_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Every ``listener.name.<listener>.<key>`` property, raw (see LISTENER_PREFIX)."""
