@@ -16,6 +16,10 @@ Profile: ``<config dir>/current`` where the config dir is ``$LOGLAKE_CONFIG_DIR`
     {"format": 1, "zookeeper": "127.0.0.1:10092/loglake", "bootstrap_servers": "127.0.0.1:9092",
      "data_dir": "/abs/path/of/the/dev/cluster"}
 
+plus ``"command_config": "<path>"`` for a secured dev cluster (``dev up --security sasl_ssl``):
+the client properties file commands use when their brokers come from the profile
+(:func:`loglake.client.security.command_config_path`).
+
 ``dev up`` replaces it atomically (temp file, fsync, rename), so a reader sees the old or the
 new profile, never a torn one; ``dev down`` removes it only while it still names that cluster's
 ``data_dir``. An unreadable profile is an error naming the file, not silently skipped.
@@ -66,11 +70,16 @@ class Profile:
     zookeeper: str
     bootstrap_servers: str
     data_dir: str
+    command_config: str | None = None
+    """The client properties file of a secured dev cluster (``dev up --security``): commands
+    whose brokers come from this profile connect with it."""
 
     def to_json(self) -> str:
-        return json.dumps({"format": PROFILE_FORMAT, "zookeeper": self.zookeeper,
-                           "bootstrap_servers": self.bootstrap_servers,
-                           "data_dir": self.data_dir}, indent=2) + "\n"
+        document = {"format": PROFILE_FORMAT, "zookeeper": self.zookeeper,
+                    "bootstrap_servers": self.bootstrap_servers, "data_dir": self.data_dir}
+        if self.command_config is not None:
+            document["command_config"] = self.command_config
+        return json.dumps(document, indent=2) + "\n"
 
 
 @dataclass(frozen=True)
@@ -104,8 +113,10 @@ def read_profile(environ: Mapping[str, str] | None = None) -> Profile | None:
         data = json.loads(path.read_text())
         if data.get("format") != PROFILE_FORMAT:
             raise ValueError(f"unknown format {data.get('format')!r}")
+        command_config = data.get("command_config")
         return Profile(str(data["zookeeper"]), str(data["bootstrap_servers"]),
-                       str(data["data_dir"]))
+                       str(data["data_dir"]),
+                       None if command_config is None else str(command_config))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -2,7 +2,9 @@
 
 Errors are :class:`loglake.errors.LoglakeError`: :class:`BrokerError` when the broker answered
 with a Kafka error code, :class:`ClientError` for client-side failures (timeouts, unreachable
-cluster). Both carry ``code``, a :class:`kio.schema.errors.ErrorCode`.
+cluster). Both carry ``code``, a :class:`kio.schema.errors.ErrorCode`. Each client takes
+``security=`` (a :class:`SecurityConfig` or a mapping of Kafka client properties) for TLS and
+SASL.
 """
 
 from loglake.client.admin import Admin
@@ -21,6 +23,7 @@ from loglake.client.model import (
     TopicPartitionKey,
 )
 from loglake.client.producer import Delivery, Producer
+from loglake.client.security import SecurityConfig
 
 __all__ = [
     "Admin",
@@ -39,6 +42,7 @@ __all__ = [
     "RebalanceCallback",
     "Record",
     "RecordMetadata",
+    "SecurityConfig",
     "TopicInfo",
     "TopicPartitionKey",
 ]

@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError
 from kio.schema.errors import ErrorCode
 
 from loglake.client.errors import BrokerError, ClientError, from_exception, from_kafka_error
+from loglake.client.security import SecurityConfig
 from loglake.errors import LoglakeError
 
 LIBRDKAFKA_LOGGER = logging.getLogger("loglake.client.librdkafka")
@@ -58,14 +59,18 @@ def base_config(
     client_id: str,
     tracker: ErrorTracker,
     extra: Mapping[str, str] | None,
+    security: SecurityConfig | None = None,
 ) -> dict[str, Any]:
-    """The librdkafka settings common to all clients; ``extra`` overrides anything here."""
+    """The librdkafka settings common to all clients: these, then ``security``'s
+    (:meth:`SecurityConfig.librdkafka`); ``extra`` overrides anything here."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap_string(bootstrap_servers),
         "client.id": client_id,
         "error_cb": tracker,
         "logger": LIBRDKAFKA_LOGGER,
     }
+    if security is not None:
+        config.update(security.librdkafka())
     if extra:
         config.update(extra)
     return config

@@ -72,6 +72,8 @@ from loglake.client.model import (
     TransactionListing,
 )
 from loglake.client.reassignment import PartitionReassignment
+from loglake.client.security import SecurityConfig
+from loglake.client.security import coerce as coerce_security
 from loglake.errors import LoglakeError
 
 T = TypeVar("T")
@@ -125,18 +127,24 @@ class Admin:
         *,
         timeout: float = 30.0,
         client_id: str = DEFAULT_CLIENT_ID,
+        security: SecurityConfig | Mapping[str, str] | None = None,
         extra: Mapping[str, str] | None = None,
     ) -> None:
         """Connect lazily to ``bootstrap_servers``; ``timeout`` (seconds) bounds every call.
 
+        ``security``: how to connect (TLS, SASL) as a :class:`SecurityConfig` or a mapping of
+        Kafka client properties (``{"security.protocol": "SASL_SSL", ...}``, Java or
+        librdkafka names; :mod:`loglake.client.security`); it applies to the raw requests too.
         ``extra`` is passed to librdkafka unchanged and overrides the SDK's settings.
         """
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.timeout = timeout
+        self.security = coerce_security(security)
         self._tracker = ErrorTracker()
         config = base_config(
-            bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=extra
+            bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=extra,
+            security=self.security,
         )
         self._bootstrap: str = config["bootstrap.servers"]
         self._client_id = client_id
@@ -498,7 +506,7 @@ class Admin:
             def ask(host: str = host, port: int = port, where: str = where) -> Any:
                 response = _wire.request(host, port, *_LIST_TRANSACTIONS, body,
                                          timeout=_left(deadline), client_id=self._client_id,
-                                         operation=where)
+                                         security=self.security, operation=where)
                 _raise_top_level(where, response)  # retried while the broker loads
                 return response
 
@@ -534,7 +542,7 @@ class Admin:
             response = _wire.request(
                 coordinator.host, coordinator.port, *_DESCRIBE_TRANSACTIONS,
                 {"transactional_ids": [transactional_id]}, timeout=_left(deadline),
-                client_id=self._client_id, operation=operation)
+                client_id=self._client_id, security=self.security, operation=operation)
             [state] = response.transaction_states
             error = _partition_error(operation, state.error_code, None)
             if error is not None:
@@ -566,7 +574,7 @@ class Admin:
         response = _wire.request(
             node.host, node.port, *_FIND_COORDINATOR,
             {"key": transactional_id, "key_type": _TRANSACTION_COORDINATOR},
-            timeout=_left(deadline), client_id=self._client_id,
+            timeout=_left(deadline), client_id=self._client_id, security=self.security,
             operation=f"{operation}: find its coordinator")
         _raise_top_level(f"{operation}: find its coordinator", response)
         return response
@@ -734,7 +742,7 @@ class Admin:
             raise ClientError(f"{operation}: the cluster metadata lists no broker",
                               code=ErrorCode.broker_not_available)
         return _wire.request(node.host, node.port, api_key, version, body, timeout=limit,
-                             client_id=self._client_id, operation=operation)
+                             client_id=self._client_id, security=self.security, operation=operation)
 
     # -- internals -------------------------------------------------------------------------
 

@@ -20,7 +20,10 @@ high watermark, i.e. all records so far); it prints each partition's new low wat
 
 Every command takes ``--bootstrap-server HOST:PORT`` (optional: ``$LOGLAKE_BOOTSTRAP_SERVERS``,
 else the cluster of the last ``loglake dev up``, else an error saying so; see
-:mod:`loglake.addresses`) and ``--request-timeout-ms`` (default 10000), which bounds each
+:mod:`loglake.addresses`), ``--command-config FILE`` (client properties as for Kafka's tools:
+``security.protocol``, ``sasl.*``, ``ssl.*``; default ``$LOGLAKE_COMMAND_CONFIG``, else the
+file of a secured ``loglake dev up`` when the brokers come from its profile; see
+:mod:`loglake.client.security`) and ``--request-timeout-ms`` (default 10000), which bounds each
 request to the cluster, so an unreachable cluster yields one ``loglake: error: ...`` line and
 exit status 1 instead of a hang.
 Handlers return an exit status; errors are raised as :class:`loglake.errors.LoglakeError` (or
@@ -63,7 +66,7 @@ from typing import IO, Any
 from kio.schema.errors import ErrorCode
 
 from loglake import addresses
-from loglake.client import groups_cli, reassign_cli, transactions_cli
+from loglake.client import groups_cli, reassign_cli, security, transactions_cli
 from loglake.client.admin import Admin
 from loglake.client.consumer import Consumer
 from loglake.client.errors import BrokerError, ClientError
@@ -91,6 +94,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     ``consume`` to the ``loglake`` command."""
     common = argparse.ArgumentParser(add_help=False)
     addresses.add_bootstrap_option(common)
+    security.add_command_config_option(common)
     common.add_argument(
         "--request-timeout-ms", type=_positive_int, default=DEFAULT_REQUEST_TIMEOUT_MS,
         metavar="MS", help="give up on a request to the cluster after this long "
@@ -198,7 +202,8 @@ def bootstrap(args: argparse.Namespace) -> str:
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(bootstrap(args), timeout=args.request_timeout_ms / 1000)
+    return Admin(bootstrap(args), timeout=args.request_timeout_ms / 1000,
+                 security=security.from_args(args))
 
 
 def topics_create(args: argparse.Namespace) -> int:
@@ -378,6 +383,7 @@ def produce_command(args: argparse.Namespace) -> int:
     headers = [(key, value.encode("utf-8")) for key, value in args.header]
     producer = Producer(
         bootstrap(args),
+        security=security.from_args(args),
         acks=args.acks,
         compression=args.compression,
         delivery_timeout_ms=args.delivery_timeout_ms,
@@ -499,6 +505,7 @@ def consume_command(args: argparse.Namespace) -> int:
     count = 0
     with Consumer(
         bootstrap(args),
+        security=security.from_args(args),
         request_timeout_s=args.request_timeout_ms / 1000,
         isolation_level=args.isolation_level,
         fetch_max_wait_ms=100,
@@ -531,6 +538,7 @@ def _consume_group(args: argparse.Namespace) -> int:
     assigned_at: list[float] = []
     with Consumer(
         bootstrap(args),
+        security=security.from_args(args),
         group_id=args.group,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
         session_timeout_ms=GROUP_SESSION_TIMEOUT_MS,

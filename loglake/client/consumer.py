@@ -83,6 +83,8 @@ from loglake.client.model import (
     TopicPartitionKey,
     headers_from_wire,
 )
+from loglake.client.security import SecurityConfig
+from loglake.client.security import coerce as coerce_security
 from loglake.errors import LoglakeError
 
 OffsetReset = Literal["earliest", "latest", "error"]
@@ -134,6 +136,7 @@ class Consumer:
         fetch_max_wait_ms: int = 500,
         request_timeout_s: float = 30.0,
         client_id: str = DEFAULT_CLIENT_ID,
+        security: SecurityConfig | Mapping[str, str] | None = None,
         extra: Mapping[str, str] | None = None,
     ) -> None:
         """Create a consumer; it connects on the first metadata request or poll.
@@ -151,7 +154,9 @@ class Consumer:
         ``isolation_level``: see the module docstring (committed offsets are also read as
         "stable" then: a pending transactional offset commit is waited out).
         ``request_timeout_s`` bounds metadata, offset look-ups and synchronous commits.
-        ``extra`` goes to librdkafka and wins over the rest.
+        ``security``: TLS/SASL settings, a :class:`SecurityConfig` or a mapping of Kafka client
+        properties (:mod:`loglake.client.security`). ``extra`` goes to librdkafka and wins over
+        the rest.
         """
         if auto_offset_reset not in ("earliest", "latest", "error"):
             raise ValueError(f"auto_offset_reset must be earliest, latest or error, "
@@ -185,7 +190,8 @@ class Consumer:
         self.last_error: LoglakeError | None = None
         self._tracker = ErrorTracker()
         config = base_config(
-            bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=None
+            bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=None,
+            security=coerce_security(security),
         )
         config.update(
             {

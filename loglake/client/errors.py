@@ -51,6 +51,8 @@ _LOCAL_TO_WIRE: dict[int, ErrorCode] = {
     KafkaError._BAD_COMPRESSION: ErrorCode.corrupt_message,
     KafkaError._INVALID_ARG: ErrorCode.invalid_request,
     KafkaError._UNSUPPORTED_FEATURE: ErrorCode.unsupported_version,
+    KafkaError._AUTHENTICATION: ErrorCode.sasl_authentication_failed,
+    KafkaError._SSL: ErrorCode.network_exception,
 }
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from loglake import addresses
+from loglake.client import security
 from loglake.client.admin import Admin
 from loglake.client.errors import BrokerError
 from loglake.client.model import GroupDescription, TopicPartitionKey
@@ -84,7 +85,7 @@ def register(
 
 def _admin(args: argparse.Namespace) -> Admin:
     return Admin(addresses.bootstrap_servers(args.bootstrap_server),
-                 timeout=args.request_timeout_ms / 1000)
+                 timeout=args.request_timeout_ms / 1000, security=security.from_args(args))
 
 
 def groups_list(args: argparse.Namespace) -> int:

@@ -65,6 +65,8 @@ from loglake.client.model import (
     normalize_headers,
     to_bytes,
 )
+from loglake.client.security import SecurityConfig
+from loglake.client.security import coerce as coerce_security
 from loglake.errors import LoglakeError
 
 DeliveryCallback = Callable[[RecordMetadata | None, LoglakeError | None], None]
@@ -144,6 +146,7 @@ class Producer:
         transactional_id: str | None = None,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
         client_id: str = DEFAULT_CLIENT_ID,
+        security: SecurityConfig | Mapping[str, str] | None = None,
         extra: Mapping[str, str] | None = None,
     ) -> None:
         """Create a producer; nothing is sent until the first ``send``.
@@ -153,7 +156,9 @@ class Producer:
         ``send`` to its report. ``transactional_id`` makes the producer transactional (needs
         ``acks="all"`` and idempotence; see the module docstring); ``transaction_timeout_ms``
         (at most the brokers' ``transaction.max.timeout.ms``) bounds each transaction and must
-        not be below ``delivery_timeout_ms``. ``extra`` is passed to librdkafka as-is and wins
+        not be below ``delivery_timeout_ms``. ``security``: TLS/SASL settings, a
+        :class:`SecurityConfig` or a mapping of Kafka client properties
+        (:mod:`loglake.client.security`). ``extra`` is passed to librdkafka as-is and wins
         over the rest.
         """
         if acks not in ACKS_VALUES:
@@ -197,7 +202,8 @@ class Producer:
             settings["transactional.id"] = transactional_id
             settings["transaction.timeout.ms"] = transaction_timeout_ms
         config = base_config(
-            bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=None
+            bootstrap_servers, client_id=client_id, tracker=self._tracker, extra=None,
+            security=coerce_security(security),
         )
         config.update(settings)
         config.update(extra or {})

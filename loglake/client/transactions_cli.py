@@ -26,6 +26,7 @@ from dataclasses import asdict
 from typing import Any
 
 from loglake import addresses
+from loglake.client import security
 from loglake.client.admin import Admin
 from loglake.client.model import TRANSACTION_STATES, TransactionDescription, TransactionListing
 
@@ -68,7 +69,7 @@ def register(
 
 def _admin(args: argparse.Namespace) -> Admin:
     return Admin(addresses.bootstrap_servers(args.bootstrap_server),
-                 timeout=args.request_timeout_ms / 1000)
+                 timeout=args.request_timeout_ms / 1000, security=security.from_args(args))
 
 
 def transactions_list(args: argparse.Namespace) -> int:

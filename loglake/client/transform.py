@@ -52,6 +52,7 @@ from loglake.client.errors import (
 )
 from loglake.client.model import HeadersInput, Record, TopicPartitionKey
 from loglake.client.producer import DEFAULT_TRANSACTION_TIMEOUT_MS, Producer
+from loglake.client.security import SecurityConfig
 
 _COMMIT_ATTEMPTS = 3
 _JOIN_WAIT_S = 30.0
@@ -103,6 +104,7 @@ def run_transform(
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
     max_aborts: int = 10,
     client_id: str = DEFAULT_CLIENT_ID,
+    security: SecurityConfig | Mapping[str, str] | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> TransformStats:
     """Read ``source_topic`` as group ``group_id``, write ``func(record)`` to ``dest_topic``,
@@ -124,9 +126,9 @@ def run_transform(
     producer = Producer(bootstrap_servers, transactional_id=transactional_id,
                         transaction_timeout_ms=transaction_timeout_ms,
                         delivery_timeout_ms=min(30_000, transaction_timeout_ms),
-                        client_id=client_id, extra=extra)
+                        client_id=client_id, security=security, extra=extra)
     with Consumer(bootstrap_servers, group_id=group_id, auto_offset_reset=auto_offset_reset,
-                  isolation_level="read_committed", client_id=client_id,
+                  isolation_level="read_committed", client_id=client_id, security=security,
                   extra=extra) as consumer:
         consumer.partitions_for(source_topic)  # fail fast on a missing topic
         producer.partitions_for(dest_topic)
