@@ -4,10 +4,27 @@ Topic state lives in ZooKeeper (see catalog.zookeeper); handlers write it there 
 reconcile local partitions, so a broker restart reloads exactly what ZooKeeper holds. Config
 changes are validated as a whole (defaults + overrides) before anything is written; an invalid
 value answers INVALID_CONFIG with Kafka's message.
+
+Authorization (Kafka's ``KafkaApis``/``ConfigHelper`` rules, through handlers/authz.py):
+
+* CreateTopics: CREATE on the cluster, else CREATE on the topic (TOPIC_AUTHORIZATION_FAILED
+  "Authorization failed."), decided after the request checks (a name twice, ``__cluster_metadata``:
+  INVALID_REQUEST) and before any other (an existing topic is not revealed). The created topic's
+  configs, counts and id are returned only with DESCRIBE_CONFIGS on the topic; without it
+  ``topic_config_error_code`` (v5+) is TOPIC_AUTHORIZATION_FAILED.
+* DeleteTopics: DELETE on the topic; a topic named by id also needs DESCRIBE, else its name is
+  not answered. Unknown ids answer UNKNOWN_TOPIC_ID, unknown names (authorized ones)
+  UNKNOWN_TOPIC_OR_PARTITION.
+* DescribeConfigs: DESCRIBE_CONFIGS, IncrementalAlterConfigs: ALTER_CONFIGS, on the topic for
+  TOPIC resources, on the group for GROUP, on the cluster for BROKER, BROKER_LOGGER and
+  CLIENT_METRICS; refusals answer TOPIC/GROUP/CLUSTER_AUTHORIZATION_FAILED per resource.
+  IncrementalAlterConfigs runs Kafka's request checks (``ConfigAdminManager.preprocess``:
+  resource or key twice, null values, another broker's id, invalid broker config values) first.
 """
 
 from __future__ import annotations
 
+import collections
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -15,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
-from loglake.broker.handlers import broker_configs
+from loglake.broker.handlers import authz, broker_configs
+from loglake.broker.security.acl_model import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.broker.topics import assign_replicas, validate_topic_name
 from loglake.config import TOPIC_CONFIG_KEYS, TopicConfig
 from loglake.errors import (
@@ -33,6 +51,15 @@ if TYPE_CHECKING:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+RESOURCE_GROUP = 32
+_AUTHORIZATION_MESSAGES = {
+    authz.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    authz.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+    authz.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+}
+"""Kafka's default messages of the codes (``Errors.message``), which DescribeConfigs answers."""
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -107,61 +134,112 @@ async def create_topic(
     return assignment, config, topic_id
 
 
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+"""KRaft's metadata log: Kafka refuses to create a topic of that name (INVALID_REQUEST)."""
+
+
 async def create_topics(services: BrokerServices, frame: RequestFrame) -> Any:
+    """CreateTopics with Kafka's authorization (``KafkaApis.handleCreateTopicsRequest``): CREATE
+    on the cluster, else CREATE on each topic (TOPIC_AUTHORIZATION_FAILED); the created topic's
+    configs, partition count, replication factor and id are returned only with DESCRIBE_CONFIGS
+    on the topic (else ``topic_config_error_code`` TOPIC_AUTHORIZATION_FAILED)."""
     request = frame.body
+    names = [topic.name for topic in request.topics]
+    counts = collections.Counter(names)
+    candidates = {name for name in names if name != CLUSTER_METADATA_TOPIC}
+    if authz.cluster_allowed(services, frame, AclOperation.CREATE, log_if_denied=False):
+        creatable = candidates
+    else:
+        creatable = authz.filter_authorized(services, frame, AclOperation.CREATE,
+                                            ResourceType.TOPIC, candidates)
+    describable = authz.filter_authorized(services, frame, AclOperation.DESCRIBE_CONFIGS,
+                                          ResourceType.TOPIC, candidates, log_if_denied=False)
     results = []
-    seen: set[str] = set()
     for topic in request.topics:
         result: dict[str, Any] = {"name": topic.name, "num_partitions": -1,
-                                  "replication_factor": -1, "configs": None}
+                                  "replication_factor": -1, "configs": [],
+                                  "topic_config_error_code": ErrorCode.none}
+        if topic.name != CLUSTER_METADATA_TOPIC and topic.name not in describable:
+            result["topic_config_error_code"] = authz.TOPIC_AUTHORIZATION_FAILED
+        results.append(result)
+        if topic.name == CLUSTER_METADATA_TOPIC:
+            result.update(error_code=ErrorCode.invalid_request, error_message=(
+                f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."))
+            continue
+        if counts[topic.name] > 1:
+            result.update(error_code=ErrorCode.invalid_request,
+                          error_message="Found multiple entries for this topic.")
+            continue
+        if topic.name not in creatable:
+            result.update(error_code=authz.TOPIC_AUTHORIZATION_FAILED,
+                          error_message="Authorization failed.")
+            continue
         try:
-            if topic.name in seen:
-                raise InvalidRequestError(f"Topic '{topic.name}' appears twice in the request.")
-            seen.add(topic.name)
             configs = {c.name: c.value for c in topic.configs if c.value is not None}
             manual = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
             assignment, config, topic_id = await create_topic(
                 services, topic.name, topic.num_partitions, topic.replication_factor, configs,
                 manual, validate_only=request.validate_only,
             )
-            result.update(
-                error_code=ErrorCode.none,
-                topic_id=topic_id,
-                num_partitions=len(assignment),
-                replication_factor=len(next(iter(assignment.values()))),
-                configs=[_describe_entry(services, config, key, False)
-                         for key in TOPIC_CONFIG_KEYS],
-            )
+            result["error_code"] = ErrorCode.none
+            if topic.name in describable:
+                result.update(
+                    topic_id=topic_id,
+                    num_partitions=len(assignment),
+                    replication_factor=len(next(iter(assignment.values()))),
+                    configs=[_describe_entry(services, config, key, False)
+                             for key in TOPIC_CONFIG_KEYS],
+                )
         except LoglakeError as exc:
-            result.update(error_code=exc.code, error_message=exc.message)
-        results.append(result)
+            result.update(error_code=exc.code, error_message=exc.message,
+                          topic_config_error_code=ErrorCode.none)
     return build(response_class(19, frame.api_version), {"topics": results})
 
 
 async def delete_topics(services: BrokerServices, frame: RequestFrame) -> Any:
+    """DeleteTopics with Kafka's checks in Kafka's order (``handleDeleteTopicsRequest``): a topic
+    id no topic has answers UNKNOWN_TOPIC_ID; a topic named by id without DESCRIBE on it answers
+    TOPIC_AUTHORIZATION_FAILED with its name left out; without DELETE on the topic
+    TOPIC_AUTHORIZATION_FAILED; then UNKNOWN_TOPIC_OR_PARTITION for a topic that does not
+    exist."""
     request = frame.body
+    zero = uuid.UUID(int=0)
     if hasattr(request, "topics"):
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
-        wanted = [(name, None) for name in request.topic_names]
+        wanted = [(name, zero) for name in request.topic_names]
     by_id = {v: k for k, v in services.metadata.topic_ids.items()}
+    resolved = [(by_id.get(topic_id) if topic_id not in (None, zero) else name, topic_id or zero)
+                for name, topic_id in wanted]
+    named = [name for name, _ in resolved if name is not None]
+    describable = authz.filter_authorized(services, frame, AclOperation.DESCRIBE,
+                                          ResourceType.TOPIC, named)
+    deletable = authz.filter_authorized(services, frame, AclOperation.DELETE,
+                                        ResourceType.TOPIC, named)
     results = []
-    for name, topic_id in wanted:
-        if name is None and topic_id is not None:
-            name = by_id.get(topic_id)
-        result: dict[str, Any] = {"name": name, "topic_id": topic_id or uuid.UUID(int=0)}
+    for name, topic_id in resolved:
+        result: dict[str, Any] = {"name": name, "topic_id": topic_id}
+        results.append(result)
+        if name is None:
+            result.update(error_code=ErrorCode.unknown_topic_id,
+                          error_message=f"Topic id {topic_id} does not exist.")
+            continue
+        if topic_id != zero and name not in describable:
+            result.update(name=None, error_code=authz.TOPIC_AUTHORIZATION_FAILED)
+            continue
+        if name not in deletable:
+            result["error_code"] = authz.TOPIC_AUTHORIZATION_FAILED
+            continue
         try:
-            if name is None or name not in services.metadata.topics:
-                raise UnknownTopicError(f"Topic '{name or topic_id}' does not exist.")
+            if name not in services.metadata.topics:
+                raise UnknownTopicError(f"Topic '{name}' does not exist.")
             await services.zk.call(services.zk.catalog.delete_topic, name)
             await services.tierer.delete_table(name)
             result["error_code"] = ErrorCode.none
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
-        results.append(result)
     await services.topic_admin.reconcile_after_change()
-    key = "responses"
-    return build(response_class(20, frame.api_version), {key: results})
+    return build(response_class(20, frame.api_version), {"responses": results})
 
 
 def _describe_entry(
@@ -187,7 +265,35 @@ def _describe_entry(
     return entry
 
 
+def config_resource_acl(resource_type: int, name: str) -> tuple[ResourceType, str] | None:
+    """The ACL resource that guards a config resource (Kafka's ``ConfigHelper`` /
+    ``KafkaApis``): BROKER, BROKER_LOGGER and CLIENT_METRICS configs are the cluster's, TOPIC
+    and GROUP configs their topic's or group's; None for a type Kafka does not know."""
+    if resource_type in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS):
+        return ResourceType.CLUSTER, CLUSTER_NAME
+    if resource_type == RESOURCE_TOPIC:
+        return ResourceType.TOPIC, name
+    if resource_type == RESOURCE_GROUP:
+        return ResourceType.GROUP, name
+    return None
+
+
+def config_resource_allowed(services: BrokerServices, frame: RequestFrame,
+                            operation: AclOperation, resource_type: int,
+                            name: str) -> ErrorCode | None:
+    """None when the session may perform ``operation`` (DESCRIBE_CONFIGS or ALTER_CONFIGS) on
+    the config resource, else the *_AUTHORIZATION_FAILED code to answer (a type Kafka does not
+    know is left to the handler's own checks: None)."""
+    guard = config_resource_acl(resource_type, name)
+    if guard is None or authz.allowed(services, frame, operation, *guard):
+        return None
+    return authz.authorization_error(guard[0])
+
+
 async def describe_configs(services: BrokerServices, frame: RequestFrame) -> Any:
+    """DescribeConfigs: each resource needs DESCRIBE_CONFIGS on what guards it (see
+    :func:`config_resource_acl`); a refused one answers its *_AUTHORIZATION_FAILED code with
+    Kafka's message and no configs."""
     request = frame.body
     synonyms = getattr(request, "include_synonyms", False)
     documentation = getattr(request, "include_documentation", False)
@@ -195,6 +301,12 @@ async def describe_configs(services: BrokerServices, frame: RequestFrame) -> Any
     for resource in request.resources:
         result: dict[str, Any] = {"resource_type": resource.resource_type,
                                   "resource_name": resource.resource_name, "configs": []}
+        results.append(result)
+        refused = config_resource_allowed(services, frame, AclOperation.DESCRIBE_CONFIGS,
+                                          resource.resource_type, resource.resource_name)
+        if refused is not None:
+            result.update(error_code=refused, error_message=_AUTHORIZATION_MESSAGES[refused])
+            continue
         try:
             if resource.resource_type == RESOURCE_TOPIC:
                 config = await _current_topic_config(services, resource.resource_name)
@@ -213,7 +325,6 @@ async def describe_configs(services: BrokerServices, frame: RequestFrame) -> Any
             result["error_code"] = ErrorCode.none
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
-        results.append(result)
     return build(response_class(32, frame.api_version), {"results": results})
 
 
@@ -236,7 +347,7 @@ def _broker_configs(services: BrokerServices, keys: Any) -> list[dict[str, Any]]
     c = services.config
     values = {
         "broker.id": str(c.broker_id),
-        "listeners": f"PLAINTEXT://{c.host}:{c.port}",
+        "listeners": ",".join(str(address) for address in c.effective_listeners),
         "log.dirs": str(c.log_dir),
         "zookeeper.connect": c.zookeeper_connect,
         "auto.create.topics.enable": str(c.auto_create_topics_enable).lower(),
@@ -251,38 +362,78 @@ def _broker_configs(services: BrokerServices, keys: Any) -> list[dict[str, Any]]
     ]
 
 
+def _preprocess_incremental(services: BrokerServices, resource: Any,
+                            duplicates: collections.Counter[tuple[int, str]]) -> None:
+    """Kafka's request checks before authorization (``ConfigAdminManager.preprocess``): a
+    resource named twice, a key named twice, a null value for anything but DELETE, an unknown
+    resource type, or another broker's id answer INVALID_REQUEST."""
+    if duplicates[(resource.resource_type, resource.resource_name)] > 1:
+        raise InvalidRequestError("Each resource must appear at most once.")
+    names = [op.name for op in resource.configs]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError("Error due to duplicate config keys")
+    nulls = [op.name for op in resource.configs
+             if op.config_operation != OP_DELETE and op.value is None]
+    if nulls:
+        raise InvalidRequestError("Null value not supported for : " + ", ".join(nulls))
+    if config_resource_acl(resource.resource_type, resource.resource_name) is None:
+        raise InvalidRequestError(f"Unknown resource type {resource.resource_type}")
+    if resource.resource_type == RESOURCE_BROKER:
+        broker_configs.entity_of(services, resource.resource_name)
+
+
 async def incremental_alter_configs(services: BrokerServices, frame: RequestFrame) -> Any:
+    """IncrementalAlterConfigs: Kafka's request checks first (:func:`_preprocess_incremental`;
+    a BROKER resource's changes are validated there too, as Kafka does), then ALTER_CONFIGS on
+    what guards each resource (:func:`config_resource_acl`; a refused one answers its
+    *_AUTHORIZATION_FAILED code), then the change."""
     request = frame.body
+    duplicates = collections.Counter((r.resource_type, r.resource_name)
+                                     for r in request.resources)
     results = []
     for resource in request.resources:
         result: dict[str, Any] = {"resource_type": resource.resource_type,
-                                  "resource_name": resource.resource_name}
+                                  "resource_name": resource.resource_name,
+                                  "error_code": ErrorCode.none, "error_message": None}
+        results.append(result)
         try:
-            if resource.resource_type == RESOURCE_BROKER:  # the dynamic ones (throttle rates)
+            _preprocess_incremental(services, resource, duplicates)
+            if resource.resource_type == RESOURCE_BROKER:  # validated before authorization
                 await broker_configs.alter_broker_configs(
-                    services, resource.resource_name, resource.configs,
-                    validate_only=request.validate_only)
-                result["error_code"] = ErrorCode.none
-                results.append(result)
-                continue
-            if resource.resource_type != RESOURCE_TOPIC:
-                raise InvalidRequestError(
-                    "Only topic and broker configs can be altered."
-                )
-            name = resource.resource_name
-            if name not in services.metadata.topics:
-                raise UnknownTopicError(f"Topic '{name}' does not exist.")
-            current = dict(await services.zk.call(services.zk.catalog.topic_config, name))
-            updated = _apply_ops(current, resource.configs)
-            services.config.topic_config(updated)  # validates the result as a whole
-            if not request.validate_only:
-                await services.zk.call(services.zk.catalog.set_topic_config, name, updated)
-                services.topic_admin.apply_topic_config(name, updated)
-            result["error_code"] = ErrorCode.none
+                    services, resource.resource_name, resource.configs, validate_only=True)
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
-        results.append(result)
+            continue
+        refused = config_resource_allowed(services, frame, AclOperation.ALTER_CONFIGS,
+                                          resource.resource_type, resource.resource_name)
+        if refused is not None:
+            result["error_code"] = refused
+            continue
+        try:
+            await _alter_incrementally(services, resource, validate_only=request.validate_only)
+        except LoglakeError as exc:
+            result.update(error_code=exc.code, error_message=exc.message)
     return build(response_class(44, frame.api_version), {"responses": results})
+
+
+async def _alter_incrementally(services: BrokerServices, resource: Any, *,
+                               validate_only: bool) -> None:
+    """One authorized resource's IncrementalAlterConfigs change; raises LoglakeError."""
+    if resource.resource_type == RESOURCE_BROKER:  # the dynamic ones (throttle rates)
+        await broker_configs.alter_broker_configs(
+            services, resource.resource_name, resource.configs, validate_only=validate_only)
+        return
+    if resource.resource_type != RESOURCE_TOPIC:
+        raise InvalidRequestError("Only topic and broker configs can be altered.")
+    name = resource.resource_name
+    if name not in services.metadata.topics:
+        raise UnknownTopicError(f"Topic '{name}' does not exist.")
+    current = dict(await services.zk.call(services.zk.catalog.topic_config, name))
+    updated = _apply_ops(current, resource.configs)
+    services.config.topic_config(updated)  # validates the result as a whole
+    if not validate_only:
+        await services.zk.call(services.zk.catalog.set_topic_config, name, updated)
+        services.topic_admin.apply_topic_config(name, updated)
 
 
 def _apply_ops(current: dict[str, str], operations: Any) -> dict[str, str]:

@@ -3,13 +3,17 @@
 * DescribeCluster: the cluster id, the controller, the live brokers (with rack) from the
   metadata cache. The controller id follows our Metadata responses (the ZooKeeper controller
   while it is registered, else this broker, which serves admin requests as well), so the two
-  APIs never disagree. There is no authorizer: asked for them, the cluster's authorized
-  operations are every operation Kafka supports on a cluster (CREATE, ALTER, DESCRIBE,
-  CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE; Kafka's answer without an
-  authorizer). Endpoint type 2 (controllers) is refused with MISMATCHED_ENDPOINT_TYPE, unknown
-  types with UNSUPPORTED_ENDPOINT_TYPE (INVALID_REQUEST at v0), as Kafka's brokers do. No broker
+  APIs never disagree. The request itself needs no ACL (as in Kafka); asked for them, the
+  cluster's authorized operations are 0 without DESCRIBE on the cluster, else the bitfield of
+  the cluster operations the principal may perform (without an authorizer: every operation
+  Kafka supports on a cluster, CREATE, ALTER, DESCRIBE, CLUSTER_ACTION, DESCRIBE_CONFIGS,
+  ALTER_CONFIGS, IDEMPOTENT_WRITE). Endpoint type 2 (controllers) is refused with
+  MISMATCHED_ENDPOINT_TYPE, unknown types with UNSUPPORTED_ENDPOINT_TYPE (INVALID_REQUEST at
+  v0), as Kafka's brokers do. No broker
   is ever fenced (``is_fenced`` false): a broker is live while its ZooKeeper registration is.
-* DescribeLogDirs: one log directory per broker (``log.dirs``). For each replica this broker
+* DescribeLogDirs: needs DESCRIBE on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED
+  and no directories (v1-2 have no top-level code: an empty answer, as Kafka's). One log
+  directory per broker (``log.dirs``). For each replica this broker
   holds (leader or follower; replicas taken offline by a storage failure are not listed, as
   Kafka lists only online logs): the size of its segments, the offset lag
   ``max(high watermark - log end offset, 0)`` (Kafka's ``getLogEndOffsetLag``: 0 on a leader,
@@ -25,7 +29,8 @@
   ``/config/topics/<topic>`` unless ``validate_only``. Request checks in Kafka's order
   (``ConfigAdminManager.preprocess``): a resource named twice, a key named twice or a null value
   answer INVALID_REQUEST. Broker resources answer INVALID_REQUEST (broker configs here are
-  static, read from the properties file at start), as do other resource types.
+  static, read from the properties file at start), as do other resource types. After those
+  checks a topic needs ALTER_CONFIGS on it, else TOPIC_AUTHORIZATION_FAILED.
 
 Handlers translate requests and responses only; runs on the event loop.
 """
@@ -41,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.handlers import authz
+from loglake.broker.security.acl_model import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.errors import InvalidRequestError, LoglakeError, UnknownTopicError
 
 if TYPE_CHECKING:
@@ -100,11 +107,21 @@ async def describe_cluster(services: BrokerServices, frame: RequestFrame) -> Any
         "endpoint_type": ENDPOINT_BROKERS,
         "cluster_id": services.metadata.cluster_id,
         "controller_id": controller,
-        "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack,
-                     "is_fenced": False} for _, b in sorted(brokers.items())],
-        "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
-        if request.include_cluster_authorized_operations else UNSET_AUTHORIZED_OPERATIONS,
+        "brokers": [{"broker_id": b.broker_id, "host": e.host, "port": e.port, "rack": b.rack,
+                     "is_fenced": False}
+                    for b, e in services.metadata.listener_brokers(frame.session.listener)],
+        "cluster_authorized_operations": _cluster_authorized_operations(services, frame),
     })
+
+
+def _cluster_authorized_operations(services: BrokerServices, frame: RequestFrame) -> int:
+    """Kafka's ``computeDescribeClusterResponse``: the schema default when not asked; 0 without
+    DESCRIBE on the cluster; else the bitfield of the cluster operations the session may do."""
+    if not frame.body.include_cluster_authorized_operations:
+        return UNSET_AUTHORIZED_OPERATIONS
+    if not authz.cluster_allowed(services, frame, AclOperation.DESCRIBE):
+        return 0
+    return authz.authorized_operations(services, frame, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 # ---------------------------------------------------------------------------- DescribeLogDirs
@@ -119,6 +136,9 @@ def _disk_space(path: str) -> tuple[int, int]:
 
 async def describe_log_dirs(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
+    if not authz.cluster_allowed(services, frame, AclOperation.DESCRIBE):
+        return build(response_class(DESCRIBE_LOG_DIRS_KEY, frame.api_version),
+                     {"error_code": authz.CLUSTER_AUTHORIZATION_FAILED, "results": []})
     log_dir = os.path.abspath(services.config.log_dir)
     wanted: set[tuple[str, int]] | None = None
     if request.topics is not None:
@@ -161,6 +181,11 @@ async def alter_configs(services: BrokerServices, frame: RequestFrame) -> Any:
             if seen[(resource.resource_type, resource.resource_name)] > 1:
                 raise InvalidRequestError("Each resource must appear at most once.")
             overrides = _overrides(resource)
+            if not authz.allowed(services, frame, AclOperation.ALTER_CONFIGS,
+                                 ResourceType.TOPIC, resource.resource_name):
+                result["error_code"] = authz.TOPIC_AUTHORIZATION_FAILED
+                results.append(result)
+                continue
             await _replace_topic_config(services, resource.resource_name, overrides,
                                         validate_only=request.validate_only)
         except LoglakeError as exc:

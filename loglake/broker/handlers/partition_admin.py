@@ -17,6 +17,12 @@
   ``topic_partitions`` null every partition is considered and, as Kafka does, only partitions
   where something happened (elected, or an error other than ELECTION_NOT_NEEDED) are listed.
 
+Authorization (Kafka's ``KafkaApis`` rules, through handlers/authz.py): CreatePartitions needs
+ALTER on each topic (after the duplicate check; TOPIC_AUTHORIZATION_FAILED "The topic
+authorization is failed."), DeleteRecords DELETE on each topic (its partitions answer
+TOPIC_AUTHORIZATION_FAILED, low watermark -1, before any existence check), ElectLeaders ALTER on
+the cluster (else CLUSTER_AUTHORIZATION_FAILED at the top and on every partition named).
+
 Handlers run on the broker's event loop; ZooKeeper calls go through the session's
 executor (``services.zk.call``).
 """
@@ -33,7 +39,9 @@ from kio.schema.errors import ErrorCode
 
 from loglake.broker import election, record_deletion
 from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.handlers import authz
 from loglake.broker.handlers.admin import MAX_PARTITIONS_PER_TOPIC
+from loglake.broker.security.acl_model import AclOperation, ResourceType
 from loglake.broker.topics import assign_replicas
 from loglake.catalog.zookeeper import StaleStateError
 from loglake.errors import (
@@ -168,6 +176,9 @@ async def create_partitions(services: BrokerServices, frame: RequestFrame) -> An
     counts: dict[str, int] = {}
     for topic in request.topics:
         counts[topic.name] = counts.get(topic.name, 0) + 1
+    alterable = authz.filter_authorized(
+        services, frame, AclOperation.ALTER, ResourceType.TOPIC,
+        (topic.name for topic in request.topics if counts[topic.name] == 1))
     results = []
     added: dict[str, list[int]] = {}
     for topic in request.topics:
@@ -176,6 +187,11 @@ async def create_partitions(services: BrokerServices, frame: RequestFrame) -> An
         try:
             if counts[topic.name] > 1:
                 raise InvalidRequestError("Duplicate topic in request.")
+            if topic.name not in alterable:
+                result.update(error_code=authz.TOPIC_AUTHORIZATION_FAILED,
+                              error_message="The topic authorization is failed.")
+                results.append(result)
+                continue
             manual = (None if topic.assignments is None
                       else [tuple(a.broker_ids) for a in topic.assignments])
             additions = await grow_topic(services, topic.name, topic.count, manual,
@@ -195,11 +211,20 @@ async def create_partitions(services: BrokerServices, frame: RequestFrame) -> An
 
 async def delete_records(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
+    deletable = authz.filter_authorized(services, frame, AclOperation.DELETE,
+                                        ResourceType.TOPIC, (t.name for t in request.topics))
     wanted: dict[tuple[str, int], int] = {}
+    refused: dict[tuple[str, int], LoglakeError] = {}
     for topic in request.topics:
         for partition in topic.partitions:
-            wanted[(topic.name, partition.partition_index)] = partition.offset
-    results = await record_deletion.delete_records(
+            key = (topic.name, partition.partition_index)
+            if topic.name in deletable:
+                wanted[key] = partition.offset
+            else:
+                refused[key] = LoglakeError("Topic authorization failed.",
+                                            code=authz.TOPIC_AUTHORIZATION_FAILED)
+    results: dict[tuple[str, int], int | LoglakeError] = {**refused}
+    results |= await record_deletion.delete_records(
         wanted, request.timeout.total_seconds(), replicas=services.replicas,
         tier=services.tierer, metadata=services.metadata)
     topics = []
@@ -226,6 +251,15 @@ async def elect_leaders(services: BrokerServices, frame: RequestFrame) -> Any:
     wanted = (None if request.topic_partitions is None
               else [(t.topic, p) for t in request.topic_partitions for p in t.partitions])
     cls = response_class(43, frame.api_version)
+    if not authz.cluster_allowed(services, frame, AclOperation.ALTER):
+        code = authz.CLUSTER_AUTHORIZATION_FAILED
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for topic, partition in wanted or ():
+            by_topic.setdefault(topic, []).append(
+                {"partition_id": partition, "error_code": code, "error_message": None})
+        return build(cls, {"error_code": code, "replica_election_results": [
+            {"topic": topic, "partition_result": partitions}
+            for topic, partitions in by_topic.items()]})
     if election_type not in (election.PREFERRED, election.UNCLEAN):
         error = InvalidRequestError(f"Unknown election type {election_type}.")
         return build(cls, {"error_code": error.code, "replica_election_results":

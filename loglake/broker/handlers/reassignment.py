@@ -15,6 +15,11 @@
   topic znodes; null topics lists every one, otherwise only the named partitions that are
   moving (others, and unknown topics, are left out, as in Kafka).
 
+Both need the cluster: ALTER for AlterPartitionReassignments, DESCRIBE for
+ListPartitionReassignments; a refused request answers CLUSTER_AUTHORIZATION_FAILED at the top
+and on every partition it names (Kafka's ``authorizeClusterOperation`` and the requests'
+``getErrorResponse``).
+
 Only v0 of each is served: Kafka 4.0's ceiling (v1 of AlterPartitionReassignments, KIP-860's
 ``allow_replication_factor_change``, came with Kafka 4.1).
 
@@ -28,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.handlers import authz
+from loglake.broker.security.acl_model import AclOperation
 from loglake.catalog.zookeeper import TopicReplicaAssignments
 from loglake.errors import LoglakeError
 
@@ -41,6 +48,14 @@ LIST_KEY = 46
 async def alter_partition_reassignments(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(ALTER_KEY, frame.api_version)
+    if not authz.cluster_allowed(services, frame, AclOperation.ALTER):
+        code, message = authz.CLUSTER_AUTHORIZATION_FAILED, _refusal(frame)
+        return build(cls, {
+            "throttle_time": 0, "error_code": code, "error_message": message,
+            "responses": [{"name": topic.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": code,
+                 "error_message": message} for p in topic.partitions]}
+                for topic in request.topics]})
     wanted: dict[tuple[str, int], tuple[int, ...] | None] = {}
     for topic in request.topics:
         for partition in topic.partitions:
@@ -75,6 +90,14 @@ async def alter_partition_reassignments(services: BrokerServices, frame: Request
 async def list_partition_reassignments(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     cls = response_class(LIST_KEY, frame.api_version)
+    if not authz.cluster_allowed(services, frame, AclOperation.DESCRIBE):
+        return build(cls, {
+            "throttle_time": 0, "error_code": authz.CLUSTER_AUTHORIZATION_FAILED,
+            "error_message": _refusal(frame),
+            "topics": [{"name": topic.name, "partitions": [
+                {"partition_index": index, "replicas": [], "adding_replicas": [],
+                 "removing_replicas": []} for index in topic.partition_indexes]}
+                for topic in request.topics or ()]})
     found: dict[str, TopicReplicaAssignments] = {}
     wanted: dict[str, set[int]] | None = None
     try:
@@ -94,6 +117,11 @@ async def list_partition_reassignments(services: BrokerServices, frame: RequestF
                            "error_message": exc.message, "topics": []})
     return build(cls, {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None,
                        "topics": ongoing_topics(found, wanted)})
+
+
+def _refusal(frame: RequestFrame) -> str:
+    """Kafka's message for a request refused by ``authorizeClusterOperation``."""
+    return f"Request {type(frame.body).__name__.removesuffix('Request')} is not authorized."
 
 
 def ongoing_topics(found: dict[str, TopicReplicaAssignments],
