@@ -465,6 +465,31 @@ def _sasl_mechanisms(text: str) -> tuple[str, ...]:
     return values
 
 
+ACL_AUTHORIZER_CLASSES = ("kafka.security.authorizer.AclAuthorizer",
+                          "kafka.security.auth.SimpleAclAuthorizer",
+                          "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+"""``authorizer.class.name`` values that turn on the ACL authorizer
+(broker/security/acl_authorizer.py: Kafka's AclAuthorizer semantics)."""
+
+
+def _authorizer_class(text: str) -> str:
+    value = text.strip()
+    if value and value not in ACL_AUTHORIZER_CLASSES:
+        raise InvalidConfigError(
+            f"authorizer.class.name {text!r}: loglake provides "
+            f"{' or '.join(ACL_AUTHORIZER_CLASSES)} (or empty: no authorizer)")
+    return value
+
+
+def _super_users(text: str) -> str:
+    for part in (p.strip() for p in text.split(";")):
+        kind, sep, name = part.partition(":")
+        if part and not (sep and kind and name):
+            raise InvalidConfigError(
+                f"super.users {text!r}: principals like User:admin, separated by ';'")
+    return text.strip()
+
+
 def _dynamic(name: str) -> Callable[[str], Any]:
     return DYNAMIC_BROKER_CONFIG_KEYS[name].parse
 
@@ -627,6 +652,16 @@ class BrokerConfig:
     producer_id_expiration_check_interval_ms: int = _setting(
         "producer.id.expiration.check.interval.ms", "How often partitions remove expired "
         "producer ids.", int, 600000)
+    authorizer_class_name: str = _setting(
+        "authorizer.class.name", "The authorizer: empty (none, every request is allowed) or "
+        "kafka.security.authorizer.AclAuthorizer (Kafka's ACLs in ZooKeeper; "
+        "kafka.security.auth.SimpleAclAuthorizer is accepted too).", _authorizer_class, "")
+    super_users: str = _setting(
+        "super.users", "Principals allowed everything by the authorizer, semicolon-separated "
+        "(User:admin;User:broker).", _super_users, "")
+    allow_everyone_if_no_acl_found: bool = _setting(
+        "allow.everyone.if.no.acl.found", "With an authorizer, allow a resource that has no ACL "
+        "at all to everyone (default: deny).", _boolean, False)
     # ---- SASL (SASL_PLAINTEXT / SASL_SSL listeners; each may be set per listener with
     # listener.name.<listener>.<key>; see broker/security/sasl_settings.py)
     sasl_enabled_mechanisms: tuple[str, ...] = _setting(

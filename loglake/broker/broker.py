@@ -73,6 +73,9 @@ from loglake.broker.producer_ids import ProducerIds
 from loglake.broker.replica_manager import ReplicaManager
 from loglake.broker.replica_states import ReplicaStates
 from loglake.broker.replication_quota import ReplicationQuotas
+from loglake.broker.security.acl_authorizer import AclAuthorizer
+from loglake.broker.security.acl_sync import AclSync
+from loglake.broker.security.authorizer import AllowAllAuthorizer, Authorizer
 from loglake.broker.services import BrokerServices
 from loglake.broker.tiering import Tierer
 from loglake.broker.topic_sync import TopicSync
@@ -141,12 +144,18 @@ class Broker:
                                  group_coordinator_for=self.groups.coordinator_for,
                                  offsets_partition_for=txn_offsets.offsets_partition_for),
             clock=clock)
+        self.authorizer: Authorizer = AllowAllAuthorizer()
+        self.acl_sync: AclSync | None = None  # with authorizer.class.name: ACLs from ZooKeeper
+        if config.authorizer_class_name:
+            acl_authorizer = AclAuthorizer.from_config(config)
+            self.authorizer = acl_authorizer
+            self.acl_sync = AclSync(self.zk, acl_authorizer, stopping=self._is_stopping)
         self.services = BrokerServices(
             config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,
             groups=self.groups, controller=self.controller, tierer=self.tierer,
             replication_quotas=self.replication_quotas, producer_ids=self.producer_ids,
             topic_admin=self.topic_sync, broker_configs=self.broker_configs,
-            transactions=self.transactions, clock=clock)
+            transactions=self.transactions, clock=clock, authorizer=self.authorizer)
         self._tasks: list[asyncio.Future[Any]] = []
         self._running = False  # start() finished
         self._rejoin: asyncio.Future[None] | None = None
@@ -174,6 +183,9 @@ class Broker:
         self.zk.add_listener(self._on_zk_state)
         self.metadata.cluster_id = await self.zk.step("reading the cluster id",
                                                       self.catalog.ensure_cluster_id)
+        if self.acl_sync is not None:  # decisions need the ACLs before anyone can ask
+            await self.acl_sync.start()
+            self._tasks.append(asyncio.create_task(self.acl_sync.run()))
         await self.zk.call(self._register)
         self.zk.renew_lease()
         await self.topic_sync.watch_cluster()

@@ -110,6 +110,7 @@ from loglake.catalog.groups import GroupStore
 from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
 
 if TYPE_CHECKING:
+    from loglake.catalog.acls import AclStore
     from loglake.catalog.entity_configs import EntityConfigStore
     from loglake.catalog.transactions import TransactionStore
 
@@ -1032,6 +1033,12 @@ class ClusterCatalog:
         Blocking calls: use them off the event loop."""
         from loglake.catalog.entity_configs import EntityConfigStore
         return EntityConfigStore(self.zk)
+
+    def acls(self) -> AclStore:
+        """Kafka's ACLs (``/kafka-acl``, ``/kafka-acl-extended``, change notifications):
+        catalog/acls.py. Blocking calls: use them off the event loop."""
+        from loglake.catalog.acls import AclStore
+        return AclStore(self.zk)
 
     # ---- configs
     @_zookeeper_op

@@ -1,0 +1,214 @@
+"""ACLs in ZooKeeper (catalog/acls.py) at Kafka's paths and in Kafka's JSON, and a broker's
+ACL cache following them (broker/security/acl_sync.py), against the session's real ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from loglake.broker.security.acl_authorizer import AclAuthorizer
+from loglake.broker.security.acl_model import AclOperation, ResourceType
+from loglake.broker.security.acl_sync import AclSync
+from loglake.broker.security.principal import KafkaPrincipal
+from loglake.broker.security.session import Session
+from loglake.broker.zk_session import ZkSession
+from loglake.catalog.acls import (
+    CHANGE_EXPIRATION_MS,
+    AclStore,
+    StoredAcl,
+    StoredResource,
+    decode_change,
+    encode_change,
+)
+from loglake.catalog.zookeeper import ClusterCatalog
+from loglake.dev.harness import wait_until_async
+from loglake.errors import InvalidRequestError
+from tests.zk_util import fresh_chroot
+
+
+@pytest.fixture
+def connect(zookeeper_hosts: str) -> str:
+    return fresh_chroot(zookeeper_hosts, "acls")
+
+
+@pytest.fixture
+def catalog(connect: str) -> Iterator[ClusterCatalog]:
+    cat = ClusterCatalog(connect)
+    cat.start()
+    try:
+        yield cat
+    finally:
+        cat.stop()
+
+
+@pytest.fixture
+def raw(connect: str) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=connect, timeout=10)
+    client.start(timeout=20)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def session(name: str, host: str = "127.0.0.1") -> Session:
+    return Session(client_host=host, principal=KafkaPrincipal.user(name))
+
+
+def test_literal_acls_are_kafkas_json_at_kafkas_path(catalog: ClusterCatalog,
+                                                     raw: KazooClient) -> None:
+    store = catalog.acls()
+    assert store.add("topic", "orders", principal="User:alice", operation="read")
+    assert not store.add("TOPIC", "orders", principal="User:alice", operation="READ")  # again
+    store.add(ResourceType.TOPIC, "orders", principal="User:bob", operation=AclOperation.WRITE,
+              permission="deny", host="10.0.0.1")
+    data, _ = raw.get("/kafka-acl/Topic/orders")
+    value = json.loads(data)
+    assert value["version"] == 1
+    assert sorted(value["acls"], key=lambda a: a["principal"]) == [
+        {"principal": "User:alice", "permissionType": "Allow", "operation": "Read",
+         "host": "*"},
+        {"principal": "User:bob", "permissionType": "Deny", "operation": "Write",
+         "host": "10.0.0.1"}]
+    changes = sorted(raw.get_children("/kafka-acl-changes"))
+    assert len(changes) == 2 and all(c.startswith("acl_changes_") for c in changes)
+    assert raw.get(f"/kafka-acl-changes/{changes[0]}")[0] == b"TOPIC:orders"
+
+
+def test_prefixed_acls_and_extended_notifications(catalog: ClusterCatalog,
+                                                  raw: KazooClient) -> None:
+    store = catalog.acls()
+    store.add("transactional_id", "app-", principal="User:alice", operation="write",
+              pattern_type="prefixed")
+    data, _ = raw.get("/kafka-acl-extended/prefixed/TransactionalId/app-")
+    assert json.loads(data)["acls"][0]["operation"] == "Write"
+    (change,) = raw.get_children("/kafka-acl-extended-changes")
+    assert json.loads(raw.get(f"/kafka-acl-extended-changes/{change}")[0]) == {
+        "version": 1, "resourceType": "TRANSACTIONAL_ID", "name": "app-",
+        "patternType": "PREFIXED"}
+
+
+def test_removing_the_last_acl_deletes_the_znode(catalog: ClusterCatalog,
+                                                 raw: KazooClient) -> None:
+    store = catalog.acls()
+    store.add("group", "g1", principal="User:alice", operation="read")
+    assert store.remove("group", "g1", principal="User:alice", operation="read")
+    assert not store.remove("group", "g1", principal="User:alice", operation="read")
+    assert raw.exists("/kafka-acl/Group/g1") is None
+    assert store.load_all() == {}
+
+
+def test_reads_what_kafka_wrote(catalog: ClusterCatalog, raw: KazooClient) -> None:
+    """ACLs written by Kafka's own tools (its JSON, its resource type names) are read."""
+    raw.create("/kafka-acl/Cluster/kafka-cluster", json.dumps({"version": 1, "acls": [
+        {"host": "*", "permissionType": "Allow", "operation": "ClusterAction",
+         "principal": "User:broker"},
+        {"host": "*", "permissionType": "Allow", "operation": "Bogus",
+         "principal": "User:x"}]}).encode(), makepath=True)
+    raw.create("/kafka-acl/Frobnicator/x", b'{"version":1,"acls":[]}', makepath=True)
+    assert catalog.acls().bindings() == [
+        (StoredResource("Cluster", "kafka-cluster"),
+         StoredAcl("User:broker", "*", "ClusterAction", "Allow"))]
+
+
+def test_bad_names_are_refused(catalog: ClusterCatalog) -> None:
+    store = catalog.acls()
+    for kwargs in ({"principal": "alice", "operation": "read"},
+                   {"principal": "User:alice", "operation": "frobnicate"},
+                   {"principal": "User:alice", "operation": "read", "permission": "maybe"},
+                   {"principal": "User:alice", "operation": "read", "pattern_type": "match"}):
+        with pytest.raises(InvalidRequestError):
+            store.add("topic", "t", **kwargs)
+    with pytest.raises(InvalidRequestError):
+        store.add("topic", "a/b", principal="User:alice", operation="read")
+    with pytest.raises(InvalidRequestError):
+        store.add("broker", "t", principal="User:alice", operation="read")
+
+
+def test_change_notifications_round_trip() -> None:
+    for res in (StoredResource("Topic", "a:b"), StoredResource("TransactionalId", "x"),
+                StoredResource("Group", "g-", "PREFIXED")):
+        extended = res.pattern_type != "LITERAL"
+        assert decode_change(encode_change(res), extended=extended) == res
+    assert decode_change(b"Topic:legacy", extended=False) == StoredResource("Topic", "legacy")
+    assert decode_change(b"garbage", extended=False) is None
+    assert decode_change(b"{", extended=True) is None
+
+
+def test_old_notifications_are_purged(catalog: ClusterCatalog, raw: KazooClient) -> None:
+    store = catalog.acls()
+    store.add("topic", "t", principal="User:a", operation="read")
+    assert store.purge_changes() == 0
+    later = time.time() * 1000 + CHANGE_EXPIRATION_MS + 1000
+    assert store.purge_changes(now_ms=later) == 1
+    assert raw.get_children("/kafka-acl-changes") == []
+
+
+def test_concurrent_writers_lose_nothing(catalog: ClusterCatalog, connect: str) -> None:
+    """Version-conditioned updates: two stores adding to the same resource at once keep
+    every ACL."""
+    other = ClusterCatalog(connect)
+    other.start()
+    try:
+        stores = [catalog.acls(), other.acls()]
+
+        async def add_all() -> None:
+            await asyncio.gather(*(
+                asyncio.to_thread(stores[i % 2].add, "topic", "shared",
+                                  principal=f"User:u{i}", operation="read")
+                for i in range(20)))
+
+        asyncio.run(add_all())
+    finally:
+        other.stop()
+    acls = catalog.acls().get(StoredResource("Topic", "shared")).acls
+    assert {a.principal for a in acls} == {f"User:u{i}" for i in range(20)}
+
+
+def test_a_broker_cache_follows_changes_within_a_second(connect: str) -> None:
+    async def scenario() -> None:
+        writer = ClusterCatalog(connect)
+        writer.start()
+        store: AclStore = writer.acls()
+        store.add("topic", "before", principal="User:alice", operation="read")
+        zk = ZkSession(ClusterCatalog(connect), broker_id=1, stopped=lambda: False)
+        await zk.start()
+        authorizer = AclAuthorizer()
+        sync = AclSync(zk, authorizer, stopping=lambda: False)
+        await sync.start()
+        task = asyncio.create_task(sync.run())
+        try:
+            alice = session("alice")
+            assert authorizer.authorize(alice, AclOperation.READ, ResourceType.TOPIC, "before")
+            assert not authorizer.authorize(alice, AclOperation.READ, ResourceType.TOPIC, "t2")
+            started = time.monotonic()
+            await asyncio.to_thread(store.add, "topic", "t2", principal="User:alice",
+                                    operation="read")
+            await wait_until_async(lambda: authorizer.authorize(
+                alice, AclOperation.READ, ResourceType.TOPIC, "t2"), 5, "alice may read t2")
+            assert time.monotonic() - started < 1.0
+            await asyncio.to_thread(store.add, "topic", "t", principal="User:alice",
+                                    operation="all", permission="deny", pattern_type="prefixed")
+            await wait_until_async(lambda: not authorizer.authorize(
+                alice, AclOperation.READ, ResourceType.TOPIC, "t2"), 5, "the prefixed deny")
+            await asyncio.to_thread(store.remove, "topic", "t", principal="User:alice",
+                                    operation="all", permission="deny", pattern_type="prefixed")
+            await asyncio.to_thread(store.remove, "topic", "before", principal="User:alice",
+                                    operation="read")
+            await wait_until_async(lambda: authorizer.authorize(
+                alice, AclOperation.READ, ResourceType.TOPIC, "t2") and not authorizer.authorize(
+                alice, AclOperation.READ, ResourceType.TOPIC, "before"), 5, "both removals")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await zk.close()
+            writer.stop()
+
+    asyncio.run(scenario())
