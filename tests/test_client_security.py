@@ -224,3 +224,29 @@ def test_profile_without_command_config_reads_as_before(tmp_path: Path) -> None:
     assert "command_config" not in addresses.profile_path(env).read_text()
     profile = addresses.read_profile(env)
     assert profile is not None and profile.command_config is None
+
+
+def test_spark_kafka_options_carry_the_security_settings(tmp_path: Path) -> None:
+    """format("loglake") takes Spark's Kafka option names; the security ones become
+    ``options.security`` (what every Kafka client of the query is built with), the rest stay
+    librdkafka pass-through."""
+    from loglake.streaming.errors import SourceOptionError
+    from loglake.streaming.options import parse_options
+
+    options = parse_options({
+        "kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": SCRAM_JAAS, "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/c/ca.pem", "kafka.fetch.min.bytes": "1",
+    }, "batch")
+    assert options.security.sasl_username == "alice"
+    assert options.security.librdkafka()["ssl.ca.location"] == "/c/ca.pem"
+    assert dict(options.kafka) == {"fetch.min.bytes": "1"}
+    assert pickle.loads(pickle.dumps(options)) == options
+    assert "ice-secret" not in repr(options)
+    assert parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"},
+                         "batch").security == SecurityConfig()
+    with pytest.raises(SourceOptionError, match="kafka.* security options: .*mechanism"):
+        parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                       "kafka.security.protocol": "SASL_SSL", "kafka.sasl.username": "u",
+                       "kafka.sasl.password": "p"}, "write")

@@ -182,11 +182,12 @@ def write_exactly_once(
 
     extra = dict(options.kafka)
     producer = Producer(bootstrap, transactional_id=identity.transactional_id,
-                        client_id="loglake-spark", extra=extra)
+                        client_id="loglake-spark", security=options.security, extra=extra)
     # the marker is read committed (stable) whatever kafka.isolation.level says for sources
     marker_extra = {k: v for k, v in extra.items() if k != "isolation.level"}
     with Consumer(bootstrap, group_id=identity.marker_group, isolation_level="read_committed",
-                  client_id="loglake-spark", extra=marker_extra) as marker:
+                  client_id="loglake-spark", security=options.security,
+                  extra=marker_extra) as marker:
         producer.init_transactions()  # fences older attempts, aborts what they left open
         if is_done(_read_marker(marker, marker_topic), identity.batch_id):
             return None

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loglake.client.security import SecurityConfig
 from loglake.streaming.errors import DataLossError, SourceOptionError
 from loglake.streaming.options import (
     EARLIEST,
@@ -91,14 +92,17 @@ class ClusterView:
     @classmethod
     def for_cluster(cls, *, zookeeper: str | None, bootstrap_servers: str | None = None,
                     storage_options: Mapping[str, str] | None = None,
-                    timeout: float = DEFAULT_TIMEOUT_S) -> ClusterView:
-        """A view of a cluster without query options (catalogs, tools)."""
+                    timeout: float = DEFAULT_TIMEOUT_S,
+                    security: SecurityConfig | None = None) -> ClusterView:
+        """A view of a cluster without query options (catalogs, tools); ``security``: how to
+        connect to its brokers (default PLAINTEXT)."""
         if not zookeeper and not bootstrap_servers:
             raise SourceOptionError("a ZooKeeper or bootstrap servers address is required")
         options = SourceOptions(bootstrap_servers=bootstrap_servers or None,
                                 zookeeper=zookeeper or None, subscription=None,
                                 starting=OffsetSpec("earliest"), ending=OffsetSpec("latest"),
-                                storage_options=dict(storage_options or {}))
+                                storage_options=dict(storage_options or {}),
+                                security=security or SecurityConfig())
         return cls(options, timeout=timeout)
 
     # -- connections ---------------------------------------------------------------------------
@@ -131,7 +135,9 @@ class ClusterView:
         return self._catalog
 
     def bootstrap_servers(self) -> str:
-        """``kafka.bootstrap.servers``, or the live brokers registered in ZooKeeper."""
+        """``kafka.bootstrap.servers``, or the live brokers registered in ZooKeeper: each one's
+        first endpoint whose security protocol is the query's (``kafka.security.protocol``,
+        PLAINTEXT by default)."""
         if self._bootstrap is None:
             catalog = self.catalog()
             assert catalog is not None  # options demand one of the two
@@ -141,7 +147,22 @@ class ClusterView:
                     f"no broker is registered in ZooKeeper at {self.options.zookeeper!r}",
                     hint="start the brokers, or check the chroot in the 'zookeeper' option",
                 )
-            self._bootstrap = ",".join(f"{b.host}:{b.port}" for _, b in sorted(brokers.items()))
+            protocol = self.options.security.protocol
+            addresses = []
+            for _, broker in sorted(brokers.items()):
+                endpoint = next((e for e in broker.all_endpoints
+                                 if e.security_protocol == protocol), None)
+                if endpoint is not None:
+                    addresses.append(f"{endpoint.host}:{endpoint.port}")
+            if not addresses:
+                offered = sorted({e.security_protocol for b in brokers.values()
+                                  for e in b.all_endpoints})
+                raise SourceOptionError(
+                    f"no broker registered in ZooKeeper at {self.options.zookeeper!r} has a "
+                    f"{protocol} listener (they offer {', '.join(offered)})",
+                    hint="set kafka.security.protocol (and the sasl/ssl options) to one of "
+                    "those, or give kafka.bootstrap.servers")
+            self._bootstrap = ",".join(addresses)
         return self._bootstrap
 
     def admin(self) -> Admin:
@@ -149,7 +170,8 @@ class ClusterView:
             from loglake.client.admin import Admin
 
             self._admin = Admin(self.bootstrap_servers(), timeout=self.timeout,
-                                client_id="loglake-spark", extra=_admin_extra(self.options))
+                                client_id="loglake-spark", security=self.options.security,
+                                extra=_admin_extra(self.options))
         return self._admin
 
     def close(self) -> None:
@@ -354,6 +376,7 @@ def check_data_loss(starts: PartitionOffsets, earliest: PartitionOffsets, *,
 
 
 def _admin_extra(options: SourceOptions) -> dict[str, str]:
-    """``kafka.*`` options that also make sense for the admin client (security, timeouts)."""
-    prefixes = ("security.", "sasl.", "ssl.", "socket.", "client.dns", "broker.address")
+    """``kafka.*`` options that also make sense for the admin client (socket settings, address
+    lookups; the security options travel as ``options.security``)."""
+    prefixes = ("sasl.", "ssl.", "socket.", "client.dns", "broker.address")
     return {k: v for k, v in options.kafka.items() if k.startswith(prefixes)}

@@ -28,6 +28,19 @@ Names and meanings follow Spark's Kafka source and sink (option names are case-i
 ``kafkaConsumer.pollTimeoutMs`` how long a task waits for the brokers without progress (120000)
 ``kafka.isolation.level``      ``read_committed`` (default) | ``read_uncommitted``: which
                                records of the brokers' hot tail a read sees (below)
+``kafka.security.protocol``    ``PLAINTEXT`` (default) | ``SSL`` | ``SASL_PLAINTEXT`` | ``SASL_SSL``
+``kafka.sasl.mechanism``       ``PLAIN`` | ``SCRAM-SHA-256`` | ``SCRAM-SHA-512``
+``kafka.sasl.jaas.config``     Java's ``...ScramLoginModule required username="u"
+                               password="p";`` (or loglake's simpler ``kafka.sasl.username`` +
+                               ``kafka.sasl.password``)
+``kafka.ssl.*``                ``kafka.ssl.truststore.location`` (PEM, with
+                               ``kafka.ssl.truststore.type=PEM``) or ``kafka.ssl.ca.location``;
+                               ``kafka.ssl.keystore.location`` (PEM key + chain with
+                               ``kafka.ssl.keystore.type=PEM``, or PKCS12 +
+                               ``kafka.ssl.keystore.password``) for client certificates;
+                               ``kafka.ssl.endpoint.identification.algorithm`` (all names of
+                               loglake/client/security.py), translated once for every Kafka
+                               client of the query (range consumers, producers, admin)
 ``kafka.<librdkafka key>``     passed to the librdkafka consumer/producer unchanged
 ``tier.<storage option>``      object-store options for reading the tier (delta-rs names, e.g.
                                ``tier.aws_access_key_id``), over those the brokers published in
@@ -50,6 +63,9 @@ tiered yet. Offsets of committed records may have gaps either way (markers, abor
 Spark's own Kafka source defaults to ``read_uncommitted`` (the Java consumer's default);
 loglake's default is ``read_committed`` (librdkafka's), so tables and streams agree.
 
+Object-store credentials (``tier.*``) never leave the process that reads them: the brokers
+publish the storage location in ZooKeeper without secrets, and nothing here writes any.
+
 Pure parsing: no I/O, thread-safe; :class:`SourceOptions` is immutable and picklable (Spark
 ships it to Python workers).
 """
@@ -62,6 +78,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from loglake.client.security import SecurityConfig, SecurityConfigError, from_spark_options
 from loglake.streaming.errors import SourceOptionError
 
 EARLIEST = -2
@@ -152,7 +169,11 @@ class SourceOptions:
     """``kafka.isolation.level``: ``read_committed`` reads the hot tail up to the last stable
     offset, committed records only; ``read_uncommitted`` up to the high watermark."""
     kafka: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold passwords
-    """``kafka.*`` options without the prefix (bootstrap servers excluded), for librdkafka."""
+    """``kafka.*`` options without the prefix (bootstrap servers, isolation level and the
+    security options excluded), for librdkafka unchanged."""
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    """The ``kafka.security.protocol`` / ``kafka.sasl.*`` / ``kafka.ssl.*`` options, translated
+    (``security.librdkafka()`` for librdkafka clients; its repr leaves out passwords)."""
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets
     """``tier.*`` options without the prefix: object-store options for the tier."""
 
@@ -169,6 +190,13 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
     for key, reason in FORBIDDEN_KAFKA_KEYS.items():
         if key in opts:
             raise SourceOptionError(f"option {key!r} is not supported: {reason}")
+    try:
+        security = from_spark_options(kafka)
+    except SecurityConfigError as exc:
+        raise SourceOptionError(f"kafka.* security options: {exc.message}",
+                                hint=exc.hint) from None
+    kafka = dict(security.other)
+    security = security.without_other()
     bootstrap = opts.get("kafka.bootstrap.servers", "").strip() or None
     zookeeper = opts.get("zookeeper", "").strip() or None
     if bootstrap is None and zookeeper is None:
@@ -243,6 +271,7 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         isolation_level="read_uncommitted" if isolation == "read_uncommitted" else (
             "read_committed"),
         kafka=kafka,
+        security=security,
         storage_options=storage_options,
     )
 

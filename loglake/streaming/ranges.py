@@ -241,7 +241,8 @@ class _Columns:
 def consumer_config(context: ReadContext) -> dict[str, Any]:
     """librdkafka settings of a range consumer: no group membership, no commits, EOF events,
     offsets out of range reported (not silently reset), the query's isolation level
-    (``kafka.isolation.level``, read_committed by default); other ``kafka.*`` options win."""
+    (``kafka.isolation.level``, read_committed by default); the security options
+    (``options.security``), then the other ``kafka.*`` options, win."""
     from loglake.client._common import LIBRDKAFKA_LOGGER
 
     config: dict[str, Any] = {
@@ -254,6 +255,7 @@ def consumer_config(context: ReadContext) -> dict[str, Any]:
         "auto.offset.reset": "error",
         "logger": LIBRDKAFKA_LOGGER,
     }
+    config.update(context.options.security.librdkafka())
     config.update(context.options.kafka)
     config["isolation.level"] = context.options.isolation_level
     return config

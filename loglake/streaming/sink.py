@@ -132,7 +132,7 @@ def produce(batches: Iterator[pa.RecordBatch], *, bootstrap: str, options: Sourc
 
     failures: list[LoglakeError] = []
     producer = Producer(bootstrap, acks="all", idempotence=True, client_id="loglake-spark",
-                        extra=dict(options.kafka))
+                        security=options.security, extra=dict(options.kafka))
     rows = send_rows(producer, batches, options=options, layout=layout, failures=failures)
     pending = producer.flush(FLUSH_TIMEOUT_S)
     if failures:

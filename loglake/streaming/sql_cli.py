@@ -11,7 +11,11 @@ Every topic whose name occurs in the query text is registered as a view first
 brokers); quote names holding ``.`` or ``-`` with backticks. ``--zookeeper`` is resolved by
 :mod:`loglake.addresses` (flag, ``$LOGLAKE_ZOOKEEPER``, the profile of ``loglake dev up``);
 ``--bootstrap-server`` (flag only: the environment's brokers might belong to another cluster
-than the flag's ZooKeeper) overrides the brokers registered in ZooKeeper.
+than the flag's ZooKeeper) overrides the brokers registered in ZooKeeper. ``--command-config
+FILE``: Kafka client properties for the brokers (``security.protocol``, ``sasl.*``, ``ssl.*``;
+default ``$LOGLAKE_COMMAND_CONFIG``, else the file of a secured ``loglake dev up`` when the
+cluster comes from its profile), given to the hot-tail reads as Spark's ``kafka.*`` options;
+the brokers registered in ZooKeeper are then contacted on their listener of that protocol.
 
 ``--isolation-level`` (default ``read_committed``, as ``loglake consume``): what the views'
 hot tail shows (sql_views.py). ``read_committed`` reads up to each partition's last stable
@@ -48,6 +52,12 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake import addresses
+from loglake.client.security import (
+    SecurityConfig,
+    add_command_config_option,
+    command_config_path,
+    read_properties,
+)
 from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
@@ -93,6 +103,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT",
                         help="brokers to read the hot tail from (default: those registered "
                         "in ZooKeeper)")
+    add_command_config_option(parser)
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
     parser.add_argument("--max-rows", type=_positive_int, default=DEFAULT_MAX_ROWS, metavar="N",
                         help=f"print at most N rows (default {DEFAULT_MAX_ROWS})")
@@ -115,7 +126,9 @@ def run_sql(args: argparse.Namespace) -> int:
     from loglake.streaming.sql_views import register_topics
 
     logging.getLogger("kazoo").addHandler(logging.NullHandler())  # errors are raised instead
-    zookeeper = addresses.zookeeper(args.zookeeper)
+    resolved = addresses.resolve("zookeeper", args.zookeeper)
+    zookeeper = resolved.address
+    kafka_options = _kafka_options(args, from_profile=resolved.source == "profile")
     view = ClusterView.for_cluster(zookeeper=zookeeper,
                                    bootstrap_servers=args.bootstrap_server,
                                    timeout=ZOOKEEPER_TIMEOUT_S)
@@ -132,7 +145,7 @@ def run_sql(args: argparse.Namespace) -> int:
     try:
         register_topics(spark, zookeeper=zookeeper, topics=named,
                         bootstrap_servers=args.bootstrap_server,
-                        isolation_level=args.isolation_level)
+                        isolation_level=args.isolation_level, kafka_options=kafka_options)
         try:
             frame = spark.sql(args.query)
             columns = list(frame.columns)
@@ -149,6 +162,19 @@ def run_sql(args: argparse.Namespace) -> int:
         print(f"loglake: showing the first {args.max_rows} rows; there are more "
               "(--max-rows)", file=sys.stderr)
     return 0
+
+
+def _kafka_options(args: argparse.Namespace, *, from_profile: bool) -> dict[str, str]:
+    """The client properties of ``--command-config`` (else ``$LOGLAKE_COMMAND_CONFIG``, else the
+    dev profile's file when the cluster comes from the profile and no --bootstrap-server names
+    other brokers), checked here so a bad file fails before Spark starts."""
+    path = command_config_path(args.command_config,
+                               bootstrap_from_profile=from_profile and not args.bootstrap_server)
+    if path is None:
+        return {}
+    properties = read_properties(path)
+    SecurityConfig.from_properties(properties)
+    return properties
 
 
 def quiet_session(master: str) -> SparkSession:

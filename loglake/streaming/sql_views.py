@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from functools import reduce
 from typing import TYPE_CHECKING, Literal
 
+from loglake.client.security import from_spark_options
 from loglake.errors import UnknownTopicError
 from loglake.streaming.offsets import ClusterView, TierSnapshot
 from loglake.streaming.options import (
@@ -84,16 +85,21 @@ def register_topics(
     tier_read: TierRead = "auto",
     storage_options: Mapping[str, str] | None = None,
     isolation_level: IsolationLevel = "read_committed",
+    kafka_options: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Create or replace a temporary view per topic (all topics, or ``topics``) named after the
     topic; return the names registered. ``isolation_level``: what the hot tail shows (module
     docstring). Raises :class:`UnknownTopicError` for a named topic
     that does not exist. ``storage_options`` (delta-rs names, e.g. credentials) are added to
-    the storage options the brokers published, which never hold secrets."""
+    the storage options the brokers published, which never hold secrets. ``kafka_options``:
+    Kafka client properties for the brokers (``security.protocol``, ``sasl.jaas.config``,
+    ``ssl.truststore.location``, ...; with or without Spark's ``kafka.`` prefix), given to
+    every hot-tail read."""
     from loglake.streaming import register
 
     register(spark)
-    view = _cluster_view(zookeeper, bootstrap_servers, storage_options)
+    kafka = _kafka_options(kafka_options)
+    view = _cluster_view(zookeeper, bootstrap_servers, storage_options, kafka)
     try:
         catalog = view.catalog()
         assert catalog is not None
@@ -107,7 +113,7 @@ def register_topics(
             frame = _topic_frame(spark, view, name, zookeeper=zookeeper,
                                  bootstrap_servers=bootstrap_servers,
                                  include_headers=include_headers, tier_read=tier_read,
-                                 isolation_level=isolation_level)
+                                 isolation_level=isolation_level, kafka_options=kafka)
             frame.createOrReplaceTempView(quote_identifier(name))
         return names
     finally:
@@ -124,30 +130,43 @@ def topic_frame(
     tier_read: TierRead = "auto",
     storage_options: Mapping[str, str] | None = None,
     isolation_level: IsolationLevel = "read_committed",
+    kafka_options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """The DataFrame behind ``topic``'s view (see the module docstring)."""
+    """The DataFrame behind ``topic``'s view (see the module docstring and
+    :func:`register_topics` for the options)."""
     from loglake.streaming import register
 
     register(spark)
-    view = _cluster_view(zookeeper, bootstrap_servers, storage_options)
+    kafka = _kafka_options(kafka_options)
+    view = _cluster_view(zookeeper, bootstrap_servers, storage_options, kafka)
     try:
         return _topic_frame(spark, view, topic, zookeeper=zookeeper,
                             bootstrap_servers=bootstrap_servers,
                             include_headers=include_headers, tier_read=tier_read,
-                            isolation_level=isolation_level)
+                            isolation_level=isolation_level, kafka_options=kafka)
     finally:
         view.close()
 
 
+def _kafka_options(options: Mapping[str, str] | None) -> dict[str, str]:
+    """Kafka client properties as Spark options: each key with the ``kafka.`` prefix."""
+    return {key if key.lower().startswith("kafka.") else f"kafka.{key}": value
+            for key, value in (options or {}).items()}
+
+
 def _cluster_view(zookeeper: str, bootstrap_servers: str | None,
-                  storage_options: Mapping[str, str] | None) -> ClusterView:
+                  storage_options: Mapping[str, str] | None,
+                  kafka_options: Mapping[str, str]) -> ClusterView:
+    security = from_spark_options({k[len("kafka."):]: v for k, v in kafka_options.items()})
     return ClusterView.for_cluster(zookeeper=zookeeper, bootstrap_servers=bootstrap_servers,
-                                   storage_options=storage_options)
+                                   storage_options=storage_options,
+                                   security=security.without_other())
 
 
 def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeeper: str,
                  bootstrap_servers: str | None, include_headers: bool,
-                 tier_read: TierRead, isolation_level: IsolationLevel) -> DataFrame:
+                 tier_read: TierRead, isolation_level: IsolationLevel,
+                 kafka_options: Mapping[str, str]) -> DataFrame:
     partitions = [p for _, p in view.topic_partitions(Subscription("subscribe", (topic,)))]
     if not partitions:
         raise UnknownTopicError(f"topic {topic!r} does not exist (no partitions)")
@@ -162,6 +181,8 @@ def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeepe
               .option(ISOLATION_OPTION, isolation_level))
     if bootstrap_servers:
         source = source.option("kafka.bootstrap.servers", bootstrap_servers)
+    for key, value in kafka_options.items():
+        source = source.option(key, value)
     for key, value in view.options.storage_options.items():
         source = source.option(f"tier.{key}", value)
     if snapshot is None or not any(snapshot.files.get(p) for p in snapshot.ends):
