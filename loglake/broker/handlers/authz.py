@@ -15,7 +15,8 @@ functions (never ``services.authorizer`` directly), so the audit lines are writt
   each operation Kafka supports on the resource type that the session may do); handlers answer
   :data:`AUTHORIZED_OPERATIONS_OMITTED` (Kafka's schema default, ``Integer.MIN_VALUE``) when the
   request did not ask for it.
-* :func:`authorization_error`: the *_AUTHORIZATION_FAILED code for a resource type.
+* :func:`authorization_error`: the *_AUTHORIZATION_FAILED code for a resource type;
+  :func:`error_response`: a whole request refused with one code on every entry.
 
 Without an authorizer (``services.authorizer.enabled`` False) everything is allowed and no line
 is logged, exactly as Kafka without ``authorizer.class.name``.
@@ -36,10 +37,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from loglake.broker.codec import build, response_class
+from loglake.broker.error_responses import error_body
 from loglake.broker.security.acl_model import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -52,7 +55,7 @@ __all__ = [
     "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "WithAuthorizer", "allowed",
     "allowed_by_resource_type",
     "authorization_error", "authorized_operations", "authorizer_enabled", "cluster_allowed",
-    "filter_authorized", "partition_authorized",
+    "error_response", "filter_authorized", "partition_authorized",
 ]
 
 T = TypeVar("T")
@@ -192,6 +195,16 @@ def authorized_operations(services: WithAuthorizer, frame: RequestFrame,
     for op in ops:
         bits |= 1 << int(op)
     return bits
+
+
+def error_response(frame: RequestFrame, error: ErrorCode, message: str = "") -> Any:
+    """The response to ``frame`` with ``error`` on every entry it names (Kafka's
+    ``getErrorResponse``: a request refused as a whole, e.g. a transactional Produce whose
+    transactional id is not authorized)."""
+    body = error_body(frame.api_key, frame.api_version, frame.body, error, message)
+    if body is None:
+        raise ValueError(f"no error response for API {frame.api_key}")
+    return build(response_class(frame.api_key, frame.api_version), body)
 
 
 def _audit(frame: RequestFrame, ok: bool, operation: AclOperation,

@@ -6,8 +6,9 @@ Each partition is answered by its leader from the partition's producer state
 the coordinator epoch of its last marker, and the first offset of its open transaction (-1 when
 none). A broker that does not lead the partition answers NOT_LEADER_OR_FOLLOWER (clients ask
 the leader), an unknown partition UNKNOWN_TOPIC_OR_PARTITION, an offline replica
-KAFKA_STORAGE_ERROR; each with an ``error_message``. Kafka requires READ on the topic; this
-broker has no authorization yet. Event loop only.
+KAFKA_STORAGE_ERROR; each with an ``error_message``. As Kafka, the topic needs READ
+(handlers/authz.py): a refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED and are not
+looked at. Event loop only.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.handlers import authz
+from loglake.broker.security.acl_model import AclOperation, ResourceType
 from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
@@ -28,9 +31,16 @@ async def describe_producers(services: BrokerServices, frame: RequestFrame) -> A
     topics = []
     for topic in request.topics:
         partitions = []
+        readable = authz.allowed(services, frame, AclOperation.READ, ResourceType.TOPIC,
+                                 topic.name)
         for index in topic.partition_indexes:
             entry: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none,
                                      "error_message": None, "active_producers": []}
+            if not readable:
+                entry.update(error_code=authz.TOPIC_AUTHORIZATION_FAILED,
+                             error_message="Topic authorization failed.")
+                partitions.append(entry)
+                continue
             try:
                 summaries = services.replicas.producer_summaries(topic.name, index)
             except LoglakeError as exc:

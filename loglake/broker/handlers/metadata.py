@@ -1,9 +1,21 @@
 """ApiVersions and Metadata.
 
 ApiVersions lists exactly the rows of broker/apis.py (every version we serve, nothing else).
-Metadata v8-v10 answer ``cluster_authorized_operations`` and v8+ ``topic_authorized_operations``
-when asked, as Kafka does without an authorizer: every operation the resource supports (see
-handlers/cluster_admin.py); unasked, the schema's "not requested" value.
+
+Metadata authorizes as Kafka 4.0's ``KafkaApis.handleTopicMetadataRequest`` (through
+handlers/authz.py):
+
+* each topic needs DESCRIBE. Named topics the principal may not describe answer
+  TOPIC_AUTHORIZATION_FAILED (no partitions, whether or not they exist, so existence does not
+  leak); a request for all topics simply leaves them out (and logs no denial).
+* auto-creation (``auto.create.topics.enable`` and the request's ``allow_auto_topic_creation``,
+  never for an all-topics request) of a described but missing topic needs CREATE on the cluster
+  or on the topic; without it the topic answers TOPIC_AUTHORIZATION_FAILED and is not created.
+* v8-v10 ``cluster_authorized_operations`` when asked: the cluster bitfield if the principal may
+  DESCRIBE the cluster, else 0; v8+ ``topic_authorized_operations`` when asked, for every topic
+  entry the principal may describe (refused entries keep the "not requested" value). Without an
+  authorizer the bitfields hold every operation the resource supports; unasked, the schema's
+  "not requested" value.
 """
 
 from __future__ import annotations
@@ -13,11 +25,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
-from loglake.broker.handlers.cluster_admin import (
-    CLUSTER_AUTHORIZED_OPERATIONS,
-    TOPIC_AUTHORIZED_OPERATIONS,
-    UNSET_AUTHORIZED_OPERATIONS,
-)
+from loglake.broker.handlers import authz
+from loglake.broker.security.acl_model import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.broker.topics import validate_topic_name
 from loglake.errors import LoglakeError
 
@@ -43,33 +52,53 @@ async def metadata(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
     version = frame.api_version
     requested = request.topics
-    if requested is None or (version == 0 and not requested):
+    all_topics = requested is None or (version == 0 and not requested)
+    if all_topics:
         names = sorted(services.metadata.topics)
     else:
         names = [t.name for t in requested if t.name is not None]
-    auto_create = (
-        services.config.auto_create_topics_enable
-        and getattr(request, "allow_auto_topic_creation", True)
-    )
+    described = authz.filter_authorized(services, frame, AclOperation.DESCRIBE,
+                                        ResourceType.TOPIC, names, log_if_denied=not all_topics)
+    allow_auto_create = (services.config.auto_create_topics_enable
+                         and getattr(request, "allow_auto_topic_creation", True))
+    not_creatable: set[str] = set()
+    missing = [n for n in names if n in described and n not in services.metadata.topics]
+    if allow_auto_create and missing and not authz.cluster_allowed(
+            services, frame, AclOperation.CREATE, log_if_denied=False):
+        creatable = authz.filter_authorized(services, frame, AclOperation.CREATE,
+                                            ResourceType.TOPIC, missing)
+        not_creatable = set(missing) - creatable
+    auto_create = allow_auto_create and not all_topics
+    with_operations = getattr(request, "include_topic_authorized_operations", False)
     topics = []
     for name in names:
+        if name not in described:
+            if not all_topics:
+                topics.append(_refused(name))
+            continue
+        if name in not_creatable:
+            topics.append(_refused(name))
+            continue
         if name not in services.metadata.topics and auto_create:
             await _auto_create(services, name)
-        topics.append(_topic_metadata(services, name))
+        topic = _topic_metadata(services, name)
+        if with_operations:
+            topic["topic_authorized_operations"] = authz.authorized_operations(
+                services, frame, ResourceType.TOPIC, name)
+        topics.append(topic)
     brokers = services.metadata.live_brokers
-    if getattr(request, "include_topic_authorized_operations", False):
-        for topic in topics:
-            if topic["error_code"] == ErrorCode.none:
-                topic["topic_authorized_operations"] = TOPIC_AUTHORIZED_OPERATIONS
+    cluster_operations = authz.AUTHORIZED_OPERATIONS_OMITTED
+    if getattr(request, "include_cluster_authorized_operations", False):
+        cluster_operations = (
+            authz.authorized_operations(services, frame, ResourceType.CLUSTER, CLUSTER_NAME)
+            if authz.cluster_allowed(services, frame, AclOperation.DESCRIBE) else 0)
     return build(
         response_class(3, version),
         {
-            "cluster_authorized_operations": CLUSTER_AUTHORIZED_OPERATIONS
-            if getattr(request, "include_cluster_authorized_operations", False)
-            else UNSET_AUTHORIZED_OPERATIONS,
+            "cluster_authorized_operations": cluster_operations,
             "brokers": [
-                {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in brokers.values()
+                {"node_id": b.broker_id, "host": e.host, "port": e.port, "rack": b.rack}
+                for b, e in services.metadata.listener_brokers(frame.session.listener)
             ],
             "cluster_id": services.metadata.cluster_id,
             # any broker serves admin requests, so an unknown controller must not stall clients
@@ -78,6 +107,13 @@ async def metadata(services: BrokerServices, frame: RequestFrame) -> Any:
             "topics": topics,
         },
     )
+
+
+def _refused(name: str) -> dict[str, Any]:
+    """A topic entry the principal may not see (or create): no partitions, no id."""
+    return {"error_code": authz.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": [],
+            "is_internal": False,
+            "topic_authorized_operations": authz.AUTHORIZED_OPERATIONS_OMITTED}
 
 
 async def _auto_create(services: BrokerServices, name: str) -> None:
@@ -127,5 +163,5 @@ def _topic_metadata(services: BrokerServices, name: str) -> dict[str, Any]:
         "topic_id": services.metadata.topic_ids.get(name),
         "is_internal": False,
         "partitions": partitions,
-        "topic_authorized_operations": UNSET_AUTHORIZED_OPERATIONS,
+        "topic_authorized_operations": authz.AUTHORIZED_OPERATIONS_OMITTED,
     }

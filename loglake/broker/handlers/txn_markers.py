@@ -2,9 +2,11 @@
 coordinators to end a transaction. Decode, one call per kind of entry, encode.
 
 This is an inter-broker API: only the transaction coordinator (broker/transactions/, its
-marker sender) sends it. Kafka requires ALTER or CLUSTER_ACTION on the cluster for it; this
-broker has no authorization yet, so any connection may send it (to be closed with the security
-work).
+marker sender) sends it. As Kafka, it needs ALTER (checked without an audit line for a denial)
+or CLUSTER_ACTION on the cluster; otherwise every partition of the request answers
+CLUSTER_AUTHORIZATION_FAILED (Kafka's error response for the ClusterAuthorizationException)
+and nothing is written. Brokers are authorized as ``super.users`` or by an ACL for their
+principal.
 
 For each marker (producer id, producer epoch, coordinator epoch, COMMIT or ABORT) and each
 partition it names:
@@ -36,7 +38,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
+from loglake.broker.handlers import authz
 from loglake.broker.replica_manager import MarkerResult, TxnMarker
+from loglake.broker.security.acl_model import AclOperation
 from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
@@ -54,6 +58,9 @@ _NOT_READY = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_ava
 
 async def write_txn_markers(services: BrokerServices, frame: RequestFrame) -> Any:
     request = frame.body
+    if not (authz.cluster_allowed(services, frame, AclOperation.ALTER, log_if_denied=False)
+            or authz.cluster_allowed(services, frame, AclOperation.CLUSTER_ACTION)):
+        return authz.error_response(frame, authz.CLUSTER_AUTHORIZATION_FAILED)
     data_markers = [
         TxnMarker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
                   bool(marker.transaction_result),
