@@ -48,6 +48,7 @@ from loglake.broker.handlers import (
     partition_admin,
     produce,
     reassignment,
+    sasl,
     transactions,
     txn_markers,
 )
@@ -89,6 +90,7 @@ API_TABLE: dict[int, Api] = {
         Api(14, "SyncGroup", 0, 5, groups.sync_group),
         Api(15, "DescribeGroups", 0, 6, groups.describe_groups),
         Api(16, "ListGroups", 0, 5, groups.list_groups),
+        Api(17, "SaslHandshake", 0, 1, sasl.sasl_handshake),
         Api(18, "ApiVersions", 0, 4, metadata.api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
@@ -103,6 +105,7 @@ API_TABLE: dict[int, Api] = {
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
         Api(33, "AlterConfigs", 0, 2, cluster_admin.alter_configs),
         Api(35, "DescribeLogDirs", 1, 4, cluster_admin.describe_log_dirs),
+        Api(36, "SaslAuthenticate", 0, 2, sasl.sasl_authenticate),
         Api(37, "CreatePartitions", 0, 3, partition_admin.create_partitions),
         Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
         Api(43, "ElectLeaders", 0, 2, partition_admin.elect_leaders),
