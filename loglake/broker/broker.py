@@ -60,6 +60,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from loglake.broker import election
+from loglake.broker.connection import InterBrokerLink
 from loglake.broker.controller import Controller
 from loglake.broker.dynamic_config import DynamicBrokerConfig
 from loglake.broker.fetcher_manager import ReplicaFetcherManager
@@ -76,6 +77,8 @@ from loglake.broker.replication_quota import ReplicationQuotas
 from loglake.broker.security.acl_authorizer import AclAuthorizer
 from loglake.broker.security.acl_sync import AclSync
 from loglake.broker.security.authorizer import AllowAllAuthorizer, Authorizer
+from loglake.broker.security.client_security import client_security_from_config
+from loglake.broker.security.listeners import advertised_endpoints
 from loglake.broker.services import BrokerServices
 from loglake.broker.tiering import Tierer
 from loglake.broker.topic_sync import TopicSync
@@ -113,8 +116,9 @@ class Broker:
         self.logs = LogManager(config.log_dir)
         self.replication_quotas = ReplicationQuotas(config.broker_id)
         self.broker_configs = DynamicBrokerConfig(config, self.replication_quotas)
+        link = InterBrokerLink(config.inter_broker_listener, client_security_from_config(config))
         self.fetchers = ReplicaFetcherManager(broker_id=config.broker_id, metadata=self.metadata,
-                                              quotas=self.replication_quotas)
+                                              quotas=self.replication_quotas, link=link)
         self.controller = Controller(self.zk, self.metadata, config)
         self.groups = GroupCoordinator(self.zk, self.metadata, config)
         self.replicas: ReplicaManager
@@ -142,7 +146,8 @@ class Broker:
             self.zk, self.metadata, config, allocate_producer_id=self.producer_ids.allocate,
             markers=MarkerSender(broker_id=config.broker_id, metadata=self.metadata,
                                  group_coordinator_for=self.groups.coordinator_for,
-                                 offsets_partition_for=txn_offsets.offsets_partition_for),
+                                 offsets_partition_for=txn_offsets.offsets_partition_for,
+                                 link=link),
             clock=clock)
         self.authorizer: Authorizer = AllowAllAuthorizer()
         self.acl_sync: AclSync | None = None  # with authorizer.class.name: ACLs from ZooKeeper
@@ -320,6 +325,7 @@ class Broker:
     def _register(self) -> None:
         """Create our ``/brokers/ids/<id>`` for the current session (ZooKeeper executor):
         waits out ZooKeeper outages and the previous run's node (``register_broker_waiting``)."""
-        info = BrokerInfo(self.config.broker_id, self.config.host, self.config.port,
-                          self.config.rack)
+        endpoints = advertised_endpoints(self.config)
+        info = BrokerInfo(self.config.broker_id, endpoints[0].host, endpoints[0].port,
+                          self.config.rack, endpoints=endpoints)
         self.catalog.register_broker_waiting(info, stopped=self._is_stopping)

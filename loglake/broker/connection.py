@@ -2,6 +2,16 @@
 OffsetForLeaderEpoch). One request in flight at a time; requests are encoded with kio through
 :func:`loglake.broker.codec.build`, so one dict shape serves every version.
 
+Security (:class:`~loglake.broker.security.client_security.ClientSecurity`): on SSL and
+SASL_SSL the connection is TLS (the server's certificate checked against the truststore, and
+its host name unless ``ssl.endpoint.identification.algorithm`` is empty); on SASL_* the
+connection authenticates right after connecting (SaslHandshake + SaslAuthenticate through
+``broker/security/sasl_client.py``) before any other request is sent.
+
+:class:`InterBrokerLink` is how a broker part (replica fetcher, marker sender) reaches another
+broker: the endpoint of ``inter.broker.listener.name`` in its registration, with that
+listener's security.
+
 Not thread-safe: use from the event loop that created it.
 """
 
@@ -11,29 +21,50 @@ import asyncio
 import contextlib
 import io
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
 from loglake.broker.codec import build, request_class, response_class
+from loglake.broker.security.client_security import PLAINTEXT_CLIENT, ClientSecurity
+from loglake.catalog.zookeeper import BrokerInfo
 
 READ_LIMIT = 32 * 1024 * 1024  # above the largest replica fetch response we ask for
 
 
 class BrokerConnection:
-    def __init__(self, host: str, port: int, *, client_id: str, timeout: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, *, client_id: str, timeout: float = 30.0,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security or PLAINTEXT_CLIENT
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
 
     async def connect(self) -> None:
+        """Connect (TLS handshake and SASL authentication included, per ``security``); raises
+        OSError / ssl.SSLError / TimeoutError, or SaslAuthenticationError when the other
+        broker refuses our credentials (the connection is closed then)."""
+        context = self.security.ssl_context
         self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, limit=READ_LIMIT), self.timeout
+            asyncio.open_connection(self.host, self.port, limit=READ_LIMIT, ssl=context,
+                                    server_hostname=self.host if context else None),
+            self.timeout,
         )
+        mechanism = self.security.sasl_mechanism
+        if mechanism is not None:
+            from loglake.broker.security.sasl_client import sasl_client_authenticate
+            try:
+                await sasl_client_authenticate(self.request, mechanism,
+                                               self.security.sasl_username or "",
+                                               self.security.sasl_password or "")
+            except BaseException:
+                await self.close()
+                raise
 
     @property
     def connected(self) -> bool:
@@ -77,3 +108,27 @@ class BrokerConnection:
         offset = 5 if response_cls.__flexible__ and api_key != 18 else 4
         body_entity, _ = entity_reader(response_cls)(payload, offset)
         return body_entity
+
+
+@dataclass(frozen=True)
+class InterBrokerLink:
+    """How this broker reaches the others: their ``listener`` endpoint, with ``security``
+    (the default: PLAINTEXT listener named PLAINTEXT, as before listeners were configurable)."""
+
+    listener: str = "PLAINTEXT"
+    security: ClientSecurity = PLAINTEXT_CLIENT
+
+    def address(self, info: BrokerInfo) -> tuple[str, int] | None:
+        """``info``'s endpoint on our inter-broker listener (None: it has no such listener)."""
+        endpoint = info.endpoint(self.listener)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    def connection(self, info: BrokerInfo, *, client_id: str,
+                   timeout: float) -> BrokerConnection | None:
+        """A new (not yet connected) connection to ``info``, or None when it has no endpoint
+        on our inter-broker listener."""
+        address = self.address(info)
+        if address is None:
+            return None
+        return BrokerConnection(address[0], address[1], client_id=client_id, timeout=timeout,
+                                security=self.security)

@@ -16,6 +16,7 @@ replica_fetcher.py. Thread-safety: event loop only, like the fetchers and partit
 
 from __future__ import annotations
 
+from loglake.broker.connection import InterBrokerLink
 from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
 from loglake.broker.replica_fetcher import ReplicaFetcher
@@ -27,9 +28,11 @@ class ReplicaFetcherManager:
     """The fetchers of this broker's followed partitions, by leader id."""
 
     def __init__(self, *, broker_id: int, metadata: MetadataCache,
-                 quotas: ReplicationQuotas) -> None:
+                 quotas: ReplicationQuotas, link: InterBrokerLink | None = None) -> None:
         """Fetch as replica ``broker_id``; leaders' addresses come from ``metadata``'s live
-        brokers, follower throttles from ``quotas`` (both handed to each fetcher)."""
+        brokers, follower throttles from ``quotas``, how to reach leaders from ``link`` (all
+        handed to each fetcher)."""
+        self.link = link or InterBrokerLink()
         self.broker_id = broker_id
         self.metadata = metadata
         self.quotas = quotas
@@ -49,7 +52,7 @@ class ReplicaFetcherManager:
             if state.leader not in self.fetchers:
                 self.fetchers[state.leader] = ReplicaFetcher(
                     state.leader, broker_id=self.broker_id, metadata=self.metadata,
-                    quotas=self.quotas)
+                    quotas=self.quotas, link=self.link)
             self.fetchers[state.leader].add(partition)
 
     def remove(self, key: tuple[str, int]) -> None:

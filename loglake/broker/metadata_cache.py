@@ -6,7 +6,8 @@ What it holds (the same on every broker, up to watch delays):
   partitions being reassigned), for the topics the last reconcile pass applied;
 * ``topic_configs``: name -> effective :class:`TopicConfig` (broker defaults + overrides);
 * ``topic_ids``: name -> topic id (the zero UUID when the topic znode carries none);
-* ``live_brokers``: id -> :class:`BrokerInfo` from ``/brokers/ids``;
+* ``live_brokers``: id -> :class:`BrokerInfo` from ``/brokers/ids`` (each with its advertised
+  endpoints per listener: :meth:`MetadataCache.listener_brokers`);
 * ``partition_states``: (topic, partition) -> :class:`PartitionState` from the state znodes;
 * ``offline_replicas``: (topic, partition) -> ids of brokers whose replica is offline;
 * ``controller_id`` (-1: none known) and ``cluster_id``.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import uuid
 
-from loglake.catalog.zookeeper import BrokerInfo, PartitionState, TopicMetadata
+from loglake.catalog.zookeeper import BrokerEndpoint, BrokerInfo, PartitionState, TopicMetadata
 from loglake.config import TopicConfig
 
 TopicPartition = tuple[str, int]
@@ -42,6 +43,19 @@ class MetadataCache:
         self.offline_replicas: dict[TopicPartition, frozenset[int]] = {}
         self.controller_id = -1
         self.cluster_id = ""
+
+    def endpoint(self, broker_id: int, listener: str) -> BrokerEndpoint | None:
+        """Live broker ``broker_id``'s endpoint on ``listener`` (None: not live, or it has no
+        such listener)."""
+        info = self.live_brokers.get(broker_id)
+        return None if info is None else info.endpoint(listener)
+
+    def listener_brokers(self, listener: str) -> list[tuple[BrokerInfo, BrokerEndpoint]]:
+        """The live brokers with an endpoint on ``listener``, by id, with that endpoint: what a
+        client connected on ``listener`` is told (brokers without it are left out, as Kafka's
+        ``MetadataCache.getAliveBrokerNodes(listenerName)`` does)."""
+        return [(info, endpoint) for _, info in sorted(self.live_brokers.items())
+                if (endpoint := info.endpoint(listener)) is not None]
 
     def on_state(self, topic: str, index: int, state: PartitionState | None) -> bool:
         """A partition state read from ZooKeeper (None: the znode is gone). Returns whether it

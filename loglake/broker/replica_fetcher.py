@@ -43,7 +43,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.serial.errors import SerialError
 
-from loglake.broker.connection import BrokerConnection
+from loglake.broker.connection import BrokerConnection, InterBrokerLink
 from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Partition, Role
 from loglake.broker.replication_quota import ReplicationQuotas
@@ -70,9 +70,11 @@ def _quiet(error: int) -> bool:
 
 class ReplicaFetcher:
     def __init__(self, leader_id: int, *, broker_id: int, metadata: MetadataCache,
-                 quotas: ReplicationQuotas) -> None:
+                 quotas: ReplicationQuotas, link: InterBrokerLink | None = None) -> None:
         """Fetch from broker ``leader_id`` as replica ``broker_id``; the leader's address comes
-        from ``metadata``'s live brokers at each connect, throttles from ``quotas``."""
+        from ``metadata``'s live brokers at each connect (its inter-broker listener's endpoint,
+        reached with that listener's security: ``link``), throttles from ``quotas``."""
+        self.link = link or InterBrokerLink()
         self.leader_id = leader_id
         self.broker_id = broker_id
         self.metadata = metadata
@@ -139,10 +141,12 @@ class ReplicaFetcher:
         info = self.metadata.live_brokers.get(self.leader_id)
         if info is None:
             return None
-        self._connection = BrokerConnection(
-            info.host, info.port, client_id=f"replica-{self.broker_id}",
-            timeout=FETCH_MAX_WAIT_MS / 1000 + 30,
-        )
+        self._connection = self.link.connection(
+            info, client_id=f"replica-{self.broker_id}", timeout=FETCH_MAX_WAIT_MS / 1000 + 30)
+        if self._connection is None:
+            log.warning("leader %d has no %s listener (inter.broker.listener.name): cannot "
+                        "fetch from it", self.leader_id, self.link.listener)
+            return None
         await self._connection.connect()
         return self._connection
 

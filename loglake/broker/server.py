@@ -40,12 +40,21 @@ being handled, a connection reads ahead at most ``queued.max.request.bytes.per.c
 bytes (pipelined requests); then its socket is not read, and TCP pushes back on the client.
 
 A bad connection never affects other connections: everything is caught per connection.
+
+Listeners (broker/security/listeners.py): one asyncio server per entry of ``listeners``, each
+with its security protocol; on SSL / SASL_SSL listeners asyncio's transport does the TLS
+handshake (bounded by ``TLS_HANDSHAKE_TIMEOUT_S``) before the connection is served, and a failed
+handshake (plaintext client, untrusted or expired certificate, TLS < 1.2) just closes it. Every
+connection gets one :class:`Session`: its listener and protocol, the peer's IP, and on TLS the
+principal mapped from the client certificate (``ssl.principal.mapping.rules``; a certificate no
+rule maps is refused, as in Kafka); ``session.close_connection`` aborts the transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +81,9 @@ from loglake.broker.request_memory import (
     RequestMemory,
     RequestMemoryExhausted,
 )
-from loglake.broker.security.session import PLAINTEXT, Session
+from loglake.broker.security.listeners import ListenerSpec, listener_specs, tls_principal
+from loglake.broker.security.principal_mapping import NoMatchingRuleError
+from loglake.broker.security.session import Session
 
 if TYPE_CHECKING:
     from loglake.broker.services import BrokerServices
@@ -80,6 +91,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 UNSUPPORTED_LOGGED_MAX = 1024
 """Distinct (client id, API, version) refusals logged at WARNING; later ones at DEBUG."""
 
@@ -99,33 +111,48 @@ class KafkaServer:
         ``services`` (the parts of the broker a handler may use)."""
         self.services = services
         self.config = services.config
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
         budget = services.config.queued_max_request_bytes
         self.memory = RequestMemory(budget if budget >= 0 else None)
         self._unsupported_logged: set[tuple[str, int, int]] = set()
+        self.bound_ports: dict[str, int] = {}
+        """Listener name -> the port it is bound to (differs from the config for port 0)."""
 
     async def start(self) -> None:
+        """Listen on every listener (TLS files are read here: a bad one raises
+        InvalidConfigError naming it, before anything is served)."""
         preload_schemas()
+        specs = await asyncio.to_thread(listener_specs, self.config)
         # the StreamReader stops reading a socket once it buffers more than 2 * limit
         read_ahead = max(1, self.config.queued_max_request_bytes_per_connection // 2)
-        self._server = await asyncio.start_server(
-            self._on_connection, self.config.host, self.config.port,
-            reuse_address=True, limit=read_ahead,
-        )
-        log.info("listening on %s:%d", self.config.host, self.config.port)
+        try:
+            for spec in specs:
+                server = await asyncio.start_server(
+                    functools.partial(self._on_connection, spec), spec.host, spec.port,
+                    reuse_address=True, limit=read_ahead, ssl=spec.ssl_context,
+                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if spec.ssl_context else None,
+                )
+                self._servers.append(server)
+                self.bound_ports[spec.name] = server.sockets[0].getsockname()[1]
+                log.info("listening on %s:%d (listener %s, %s)", spec.host,
+                         self.bound_ports[spec.name], spec.name, spec.security_protocol)
+        except BaseException:
+            await self.stop()
+            raise
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers = []
 
     async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, spec: ListenerSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -133,9 +160,16 @@ class KafkaServer:
         peer = writer.get_extra_info("peername")
         holder = self.memory.register(writer.transport.abort, peer)
         session = Session.for_listener(
-            PLAINTEXT, PLAINTEXT, str(peer[0]) if isinstance(peer, tuple) and peer else "")
+            spec.name, spec.security_protocol,
+            str(peer[0]) if isinstance(peer, tuple) and peer else "")
+        session.close_connection = writer.transport.abort
         try:
+            if spec.ssl_context is not None:
+                session.principal = tls_principal(writer.get_extra_info("ssl_object"),
+                                                  spec.principal_mapper)
             await self._serve(reader, writer, peer, holder, session)
+        except NoMatchingRuleError as exc:
+            log.warning("closing %s on listener %s: %s", peer, spec.name, exc)
         except (asyncio.IncompleteReadError, ConnectionError, RequestMemoryExhausted):
             pass
         except asyncio.CancelledError:
@@ -143,6 +177,7 @@ class KafkaServer:
         except Exception:
             log.exception("connection %s failed", peer)
         finally:
+            session.close_connection = None
             self.memory.unregister(holder)
             self._connections.discard(task)
             writer.close()

@@ -321,12 +321,70 @@ def split_connect(connect: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class BrokerEndpoint:
+    """One advertised listener of a broker (Kafka's ``EndPoint``)."""
+
+    listener: str
+    host: str
+    port: int
+    security_protocol: str
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.listener}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class BrokerInfo:
+    """A registered broker. ``host``/``port`` are its first endpoint; ``endpoints`` all of
+    them (empty: one PLAINTEXT endpoint at host:port, as brokers before listeners wrote)."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
     registration: int = 0  # czxid of /brokers/ids/<id>: changes when the broker re-registers
+    endpoints: tuple[BrokerEndpoint, ...] = ()
+
+    @property
+    def all_endpoints(self) -> tuple[BrokerEndpoint, ...]:
+        return self.endpoints or (
+            BrokerEndpoint("PLAINTEXT", self.host, self.port, "PLAINTEXT"),)
+
+    def endpoint(self, listener: str) -> BrokerEndpoint | None:
+        """The endpoint of ``listener``, or None when this broker has no such listener."""
+        return next((e for e in self.all_endpoints if e.listener == listener.upper()), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """Kafka's ``/brokers/ids/<id>`` JSON (version 5): ``endpoints`` as NAME://host:port,
+        ``listener_security_protocol_map``; ``host``/``port`` those of the first PLAINTEXT
+        endpoint (null / -1 when there is none), as Kafka writes them for old readers."""
+        endpoints = self.all_endpoints
+        plain = next((e for e in endpoints if e.security_protocol == "PLAINTEXT"), None)
+        return {
+            "listener_security_protocol_map": {e.listener: e.security_protocol
+                                               for e in endpoints},
+            "endpoints": [str(e) for e in endpoints],
+            "rack": self.rack, "jmx_port": -1, "features": {},
+            "host": plain.host if plain else None, "port": plain.port if plain else -1,
+            "timestamp": str(int(time.time() * 1000)), "version": 5,
+        }
+
+    @classmethod
+    def from_json(cls, broker_id: int, data: Mapping[str, Any],
+                  registration: int = 0) -> BrokerInfo:
+        """Read Kafka's JSON (any version: without ``endpoints``, host/port are PLAINTEXT)."""
+        protocols = data.get("listener_security_protocol_map") or {}
+        endpoints = []
+        for text in data.get("endpoints") or ():
+            name, _, address = str(text).partition("://")
+            address_host, _, address_port = address.rpartition(":")
+            endpoints.append(BrokerEndpoint(name, address_host.strip("[]"), int(address_port),
+                                            protocols.get(name, name)))
+        first = endpoints[0] if endpoints else BrokerEndpoint(
+            "PLAINTEXT", str(data["host"]), int(data["port"]), "PLAINTEXT")
+        return cls(broker_id, first.host, first.port, data.get("rack"), registration,
+                   tuple(endpoints))
 
 
 @dataclass(frozen=True)
@@ -650,10 +708,7 @@ class ClusterCatalog:
         deleted (version-checked) and created again, as Kafka's ``registerBroker`` checks the
         owner instead of failing. A node of any other session raises RegistrationHeldError.
         """
-        data = _dump(
-            {"host": info.host, "port": info.port, "rack": info.rack, "version": 5,
-             "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"]}
-        )
+        data = _dump(info.to_json())
         path = f"{BROKER_IDS}/{info.broker_id}"
         for _ in range(3):
             try:
@@ -739,9 +794,7 @@ class ClusterCatalog:
                 raw, stat = self.zk.get(f"{BROKER_IDS}/{child}")
             except NoNodeError:
                 continue
-            data = json.loads(raw)
-            result[int(child)] = BrokerInfo(int(child), data["host"], int(data["port"]),
-                                            data.get("rack"), stat.czxid)
+            result[int(child)] = BrokerInfo.from_json(int(child), json.loads(raw), stat.czxid)
         return result
 
     # ---- topics

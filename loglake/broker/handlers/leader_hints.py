@@ -34,12 +34,14 @@ async def produce(services: BrokerServices, frame: RequestFrame) -> Any:
     response = await produce_handler.produce(services, frame)
     if response is None or frame.api_version < FIRST_VERSION_WITH_HINTS:
         return response
-    return with_leader_hints(services, response)
+    return with_leader_hints(services, response, frame.session.listener)
 
 
-def with_leader_hints(services: BrokerServices, response: Any) -> Any:
+def with_leader_hints(services: BrokerServices, response: Any,
+                      listener: str = "PLAINTEXT") -> Any:
     """``response`` (a Produce v10+ response) with hints on NOT_LEADER_OR_FOLLOWER partitions;
-    the same object when no partition has that error."""
+    the same object when no partition has that error. Endpoints are those of ``listener``
+    (the client's); a leader without that listener gets no endpoint."""
     if not any(p.error_code == ErrorCode.not_leader_or_follower
                for topic in response.responses for p in topic.partition_responses):
         return response
@@ -55,8 +57,9 @@ def with_leader_hints(services: BrokerServices, response: Any) -> Any:
                 leaders.add(leader)
     live = services.metadata.live_brokers
     data["node_endpoints"] = [
-        {"node_id": node, "host": live[node].host, "port": live[node].port,
-         "rack": live[node].rack} for node in sorted(leaders)]
+        {"node_id": node, "host": endpoint.host, "port": endpoint.port,
+         "rack": live[node].rack} for node in sorted(leaders)
+        if (endpoint := services.metadata.endpoint(node, listener)) is not None]
     return build(type(response), data)
 
 

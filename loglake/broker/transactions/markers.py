@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 from kio.serial.errors import SerialError
 
-from loglake.broker.connection import BrokerConnection
+from loglake.broker.connection import BrokerConnection, InterBrokerLink
 from loglake.broker.metadata_cache import MetadataCache
 from loglake.errors import LoglakeError
 from loglake.faults import crash_point
@@ -81,10 +81,13 @@ class MarkerOrder:
 class MarkerSender:
     def __init__(self, *, broker_id: int, metadata: MetadataCache,
                  group_coordinator_for: Callable[[str], int],
-                 offsets_partition_for: Callable[[str], int]) -> None:
+                 offsets_partition_for: Callable[[str], int],
+                 link: InterBrokerLink | None = None) -> None:
         """``metadata``: leaders and broker addresses; ``group_coordinator_for(group)``: the
         broker coordinating a group (-1: none); ``offsets_partition_for(group)``: the
-        ``__consumer_offsets`` partition of a group."""
+        ``__consumer_offsets`` partition of a group; ``link``: how to reach other brokers
+        (their inter-broker listener, with its security)."""
+        self.link = link or InterBrokerLink()
         self.broker_id = broker_id
         self.metadata = metadata
         self.group_coordinator_for = group_coordinator_for
@@ -209,12 +212,13 @@ class MarkerSender:
             await self._drop(broker)
             return None
         if connection is not None and connection.connected and \
-                (connection.host, connection.port) == (info.host, info.port):
+                (connection.host, connection.port) == self.link.address(info):
             return connection
         await self._drop(broker)
-        connection = BrokerConnection(info.host, info.port,
-                                      client_id=f"txn-coordinator-{self.broker_id}",
-                                      timeout=REQUEST_TIMEOUT_S)
+        connection = self.link.connection(info, client_id=f"txn-coordinator-{self.broker_id}",
+                                          timeout=REQUEST_TIMEOUT_S)
+        if connection is None:
+            return None
         await connection.connect()
         self._connections[broker] = connection
         return connection
