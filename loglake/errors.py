@@ -257,3 +257,10 @@ class UnknownLeaderEpochError(LoglakeError):
     replica has not caught up with the new leadership yet."""
 
     code = ErrorCode.unknown_leader_epoch
+
+
+class SaslAuthenticationError(LoglakeError):
+    """SASL authentication to a broker failed (bad credentials, a mechanism the listener does
+    not enable, or an exchange out of order)."""
+
+    code = ErrorCode.sasl_authentication_failed
