@@ -139,7 +139,7 @@ def test_bad_credentials_fail_and_the_connection_serves_nothing_more(
 def test_unsupported_mechanism() -> None:
     connection = Connection(_services(**{
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512"}))
-    with pytest.raises(SaslAuthenticationError, match="UNSUPPORTED_SASL_MECHANISM.*SCRAM-SHA-512"):
+    with pytest.raises(SaslAuthenticationError, match=r"UNSUPPORTED_SASL_MECHANISM.*SCRAM-SHA-512"):
         _login(connection, "PLAIN", "alice", "alice-secret")
 
 

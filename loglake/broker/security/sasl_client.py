@@ -46,8 +46,8 @@ async def sasl_client_authenticate(request: Request, mechanism: str, username: s
     handshake = await request(SASL_HANDSHAKE, HANDSHAKE_VERSION, {"mechanism": mechanism})
     if handshake.error_code != ErrorCode.none:
         raise SaslAuthenticationError(
-            f"SaslHandshake for {mechanism} refused: {handshake.error_code.name.upper()} (the broker "
-            f"enables {', '.join(handshake.mechanisms) or 'no mechanism'})")
+            f"SaslHandshake for {mechanism} refused: {handshake.error_code.name.upper()} "
+            f"(the broker enables {', '.join(handshake.mechanisms) or 'no mechanism'})")
     if mechanism == PLAIN:
         await _authenticate(request, f"\x00{username}\x00{password}".encode())
         return
