@@ -2,7 +2,12 @@
 
 ``dev up`` prints the addresses every tool takes (``bootstrap.servers=...``,
 ``zookeeper=HOST:PORT/loglake``) and makes its cluster the current profile
-(:mod:`loglake.addresses`), so later commands need no ``--zookeeper`` / ``--bootstrap-server``;
+(:mod:`loglake.addresses`), so later commands need no ``--zookeeper`` / ``--bootstrap-server``.
+``dev up --security sasl_ssl`` (:mod:`loglake.dev.secure`) also prints
+``security.protocol=SASL_SSL``, ``command.config=DIR/security/client.properties`` (the admin
+user; librdkafka form: ``loglake --command-config``, ``kcat -F``) and
+``java.command.config=...`` (Kafka's tools), and records the first in the profile, so later
+commands on this cluster log in as the admin without ``--command-config``;
 ``dev down`` removes the profile while it names the cluster it stopped.
 
 Wiring: the main parser calls :func:`register` with its subparsers; every leaf parser sets
@@ -18,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loglake import addresses
-from loglake.dev import cluster
+from loglake.dev import cluster, secure
 from loglake.dev.errors import DevError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -54,6 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          "store credentials come from the usual AWS_* environment")
     up.add_argument("--timeout", type=float, default=cluster.DEFAULT_START_TIMEOUT_S,
                     metavar="SECONDS", help="how long to wait for each process to be ready")
+    up.add_argument("--security", choices=secure.SECURITY_MODES, default=None,
+                    help="sasl_ssl: TLS with a generated CA, SCRAM logins, an admin super user "
+                         "and the ACL authorizer (default deny); prints the client properties "
+                         "file (DIR/security/client.properties) that commands then use")
     up.set_defaults(handler=_up)
 
     status = commands.add_parser("status", help="show the recorded processes")
@@ -139,12 +148,15 @@ def _overrides(args: argparse.Namespace) -> dict[str, str] | None:
 def _up(args: argparse.Namespace) -> int:
     info = cluster.up(args.data, brokers=args.brokers, base_port=args.base_port,
                       zookeeper_port=args.zookeeper_port, zookeepers=args.zookeepers,
-                      broker_overrides=_overrides(args), timeout=args.timeout)
+                      broker_overrides=_overrides(args), timeout=args.timeout,
+                      security=args.security)
     for line in info.summary_lines():
         print(line)
+    command_config = None if info.client_properties is None else str(info.client_properties)
     try:
         path = addresses.write_profile(addresses.Profile(
-            info.zookeeper_connect, info.bootstrap_servers, str(info.data_dir)))
+            info.zookeeper_connect, info.bootstrap_servers, str(info.data_dir),
+            command_config))
     except OSError as exc:  # the cluster runs; only the convenience is missing
         print(f"loglake: warning: could not record this cluster as the current profile "
               f"({exc}); pass the addresses above to commands", file=sys.stderr)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import loglake
-from loglake.dev import net, process
+from loglake.dev import net, process, secure
 from loglake.dev.errors import ClusterStateError, DevError, StartupError
 from loglake.dev.process import ProcessHandle
 from loglake.dev.zookeeper import ZooKeeperServer, ensemble_peers
@@ -91,6 +91,8 @@ class ClusterInfo:
     chroot: str = CHROOT
     external_zookeeper: str | None = None
     """Connection string (no chroot) of a ZooKeeper this cluster did not start, if any."""
+    security: str | None = None
+    """``sasl_ssl`` for a secured cluster (``up(..., security=...)``), else None (PLAINTEXT)."""
 
     @property
     def bootstrap_servers(self) -> str:
@@ -111,8 +113,25 @@ class ClusterInfo:
     def summary_lines(self) -> list[str]:
         """What ``loglake dev up`` and ``dev status`` print: the addresses tools take (the
         ZooKeeper connect string with the brokers' chroot, as ``--zookeeper`` needs it)."""
-        return [f"bootstrap.servers={self.bootstrap_servers}",
-                f"zookeeper={self.zookeeper_connect}"]
+        lines = [f"bootstrap.servers={self.bootstrap_servers}",
+                 f"zookeeper={self.zookeeper_connect}"]
+        if self.security is not None:
+            lines += [f"security.protocol={self.security.upper()}",
+                      f"command.config={self.client_properties}",
+                      f"java.command.config={self.java_client_properties}"]
+        return lines
+
+    @property
+    def client_properties(self) -> Path | None:
+        """The admin's client properties file (librdkafka form) of a secured cluster."""
+        return None if self.security is None else (
+            secure.security_dir(self.data_dir) / secure.CLIENT_PROPERTIES)
+
+    @property
+    def java_client_properties(self) -> Path | None:
+        """The same in Java form (Kafka's tools), for a secured cluster."""
+        return None if self.security is None else (
+            secure.security_dir(self.data_dir) / secure.JAVA_CLIENT_PROPERTIES)
 
 
 # -- state file ---------------------------------------------------------------------------------
@@ -128,6 +147,8 @@ class _Entry:
     env: dict[str, str]
     pid: int = 0
     start_time: int = -1
+    tls_ca: str = ""
+    """A broker whose port speaks TLS: the CA file its readiness probe trusts ("" plaintext)."""
 
     @property
     def handle(self) -> ProcessHandle:
@@ -152,6 +173,7 @@ class _State:
     chroot: str
     entries: list[_Entry]
     external_zookeeper: str | None = None
+    security: str | None = None
 
     def of(self, role: Role) -> list[_Entry]:
         return [entry for entry in self.entries if entry.role == role]
@@ -167,7 +189,7 @@ class _State:
     def info(self) -> ClusterInfo:
         return ClusterInfo(self.data_dir, tuple(e.port for e in self.of("broker")),
                            tuple(e.port for e in self.of("zookeeper")), self.chroot,
-                           self.external_zookeeper)
+                           self.external_zookeeper, self.security)
 
     def save(self) -> None:
         document = {
@@ -177,6 +199,8 @@ class _State:
         }
         if self.external_zookeeper is not None:
             document["external_zookeeper"] = self.external_zookeeper
+        if self.security is not None:
+            document["security"] = self.security
         write_durably(self.data_dir / STATE_FILE, json.dumps(document, indent=2) + "\n")
 
 
@@ -192,7 +216,8 @@ def _load_state(data_dir: Path) -> _State | None:
     if document.get("format") != STATE_FORMAT:
         raise ClusterStateError(f"{path} has unknown format {document.get('format')!r}")
     entries = [_Entry(**raw) for raw in document["processes"]]
-    return _State(data_dir, document["chroot"], entries, document.get("external_zookeeper"))
+    return _State(data_dir, document["chroot"], entries, document.get("external_zookeeper"),
+                  document.get("security"))
 
 
 def _require_state(data_dir: Path) -> _State:
@@ -203,8 +228,9 @@ def _require_state(data_dir: Path) -> _State:
     return state
 
 
-def write_durably(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` crash-safely.
+def write_durably(path: Path, text: str, *, private: bool = False) -> None:
+    """Replace ``path`` with ``text`` crash-safely (``private``: mode 0600, for files holding
+    secrets).
 
     1. write ``.<name>.tmp`` in the same directory and fsync it;
     2. rename it over ``path`` (atomic: readers see the old or the new file, never a mix);
@@ -212,7 +238,10 @@ def write_durably(path: Path, text: str) -> None:
     A crash before 2 leaves the old file (and a stray temp file, overwritten next time).
     """
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as file:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
+    if private:
+        os.fchmod(fd, 0o600)  # an old temp file keeps its mode otherwise
+    with os.fdopen(fd, "w") as file:
         file.write(text)
         file.flush()
         os.fsync(file.fileno())
@@ -322,7 +351,7 @@ def _spawn(state: _State, entry: _Entry, *, port_wait: float = 0.0) -> None:
 
 def _ready(entry: _Entry) -> bool:
     if entry.role == "broker":
-        return net.kafka_api_versions_ok(entry.port)
+        return net.kafka_api_versions_ok(entry.port, tls_ca=entry.tls_ca or None)
     return net.zookeeper_is_serving(entry.port)
 
 
@@ -392,11 +421,15 @@ def up(
     timeout: float = DEFAULT_START_TIMEOUT_S,
     external_zookeeper: str | None = None,
     chroot: str = CHROOT,
+    security: secure.Security | None = None,
 ) -> ClusterInfo:
     """Start ZooKeeper (``zookeepers`` members) and ``brokers`` brokers rooted in ``data_dir``.
 
     With ``external_zookeeper`` (a connection string without chroot) no ZooKeeper is started:
-    the brokers use that one under ``chroot``.
+    the brokers use that one under ``chroot``. ``security="sasl_ssl"`` makes a secured
+    cluster (:mod:`loglake.dev.secure`: certificates, the admin user stored in ZooKeeper before
+    any broker starts, SASL_SSL listeners, the ACL authorizer; ``broker_overrides`` still win);
+    the returned info names its client properties files.
 
     Returns once every ZooKeeper member serves clients and every broker answers ApiVersions, each
     wait bounded by ``timeout`` seconds. Existing data in ``data_dir`` is reused. Refuses
@@ -407,6 +440,9 @@ def up(
     """
     if brokers < 1 or zookeepers < 1:
         raise ValueError("a dev cluster needs at least one broker and one ZooKeeper")
+    if security is not None and security not in secure.SECURITY_MODES:
+        raise ValueError(f"security must be one of {', '.join(secure.SECURITY_MODES)}, "
+                         f"got {security!r}")
     data_dir = Path(data_dir).absolute()
     with _locked(data_dir, create=True):
         previous = _load_state(data_dir)
@@ -442,7 +478,7 @@ def up(
                   f"overlap the kernel's ephemeral range {low}-{high}; prefer a base port "
                   f"below {low}", file=sys.stderr)
 
-        state = _State(data_dir, chroot, [], external_zookeeper)
+        state = _State(data_dir, chroot, [], external_zookeeper, security)
         try:
             zk_entries = []
             for server, command in zip(servers, zk_commands, strict=True):
@@ -455,6 +491,13 @@ def up(
             _wait_ready(zk_entries, timeout)
             info = state.info()
             _ensure_chroot(info.zookeeper_hosts, chroot, timeout)
+            overrides = dict(broker_overrides or {})
+            tls_ca = ""
+            if security is not None:
+                setup = secure.prepare(data_dir)
+                secure.create_admin_user(setup, info.zookeeper_connect, timeout)
+                overrides = {**secure.broker_overrides(setup), **overrides}
+                tls_ca = str(setup.ca)
 
             broker_entries = []
             for broker_id in range(1, brokers + 1):
@@ -462,11 +505,13 @@ def up(
                 config_path = data_dir / f"broker-{broker_id}" / "server.properties"
                 (data_dir / f"broker-{broker_id}" / "data").mkdir(parents=True, exist_ok=True)
                 write_durably(config_path, broker_properties(
-                    data_dir, broker_id, port, info.zookeeper_connect, broker_overrides))
+                    data_dir, broker_id, port, info.zookeeper_connect, overrides),
+                    private=security is not None)
                 command = [sys.executable, "-m", "loglake", "broker", "start",
                            "--config", str(config_path)]
                 entry = _Entry("broker", broker_id, port, command,
-                               str(data_dir / "logs" / f"broker-{broker_id}.log"), _broker_env())
+                               str(data_dir / "logs" / f"broker-{broker_id}.log"), _broker_env(),
+                               tls_ca=tls_ca)
                 state.entries.append(entry)
                 broker_entries.append(entry)
                 _spawn(state, entry)

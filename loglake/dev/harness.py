@@ -46,6 +46,7 @@ from loglake.dev import cluster, net, process
 from loglake.dev.cluster import ClusterInfo, ProcessStatus
 from loglake.dev.errors import ClusterStateError, StartupError
 from loglake.dev.net import free_port_block
+from loglake.dev.secure import Security
 from loglake.dev.zookeeper import DEFAULT_TICK_TIME_MS, ZooKeeperServer
 
 __all__ = ["DevCluster", "free_port_block", "wait_until", "wait_until_async", "zookeeper"]
@@ -154,10 +155,13 @@ class DevCluster:
         stop_timeout: float = cluster.DEFAULT_STOP_TIMEOUT_S,
         zookeeper: str | None = None,
         chroot: str | None = None,
+        security: Security | None = None,
     ) -> None:
         """``zookeeper``: connection string (no chroot) of a running ZooKeeper to use instead of
         starting one; the brokers then live under ``chroot`` (default: a fresh
-        ``/loglake-<random>``, so clusters sharing one ZooKeeper never see each other)."""
+        ``/loglake-<random>``, so clusters sharing one ZooKeeper never see each other).
+        ``security="sasl_ssl"``: a secured cluster (see ``cluster.up``); :meth:`client_config`
+        then holds the admin's settings, which the harness's own admin calls use."""
         if zookeeper is not None and zookeepers != 1:
             raise ValueError("an external ZooKeeper replaces the cluster's own ensemble")
         zk_ports = 0 if zookeeper is not None else 1 if zookeepers == 1 else 3 * zookeepers
@@ -184,6 +188,7 @@ class DevCluster:
         """Where the brokers tier to (``storage`` or the default folder under the data dir)."""
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
+        self.security = security
         self._info: ClusterInfo | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -194,7 +199,8 @@ class DevCluster:
             self.data_dir, brokers=self.brokers, base_port=self.base_port,
             zookeeper_port=self.zookeeper_port, zookeepers=self.zookeepers,
             broker_overrides=self.broker_overrides or None, timeout=self.start_timeout,
-            external_zookeeper=self.external_zookeeper, chroot=self.requested_chroot)
+            external_zookeeper=self.external_zookeeper, chroot=self.requested_chroot,
+            security=self.security)
         return self
 
     def stop(self) -> None:
@@ -246,6 +252,22 @@ class DevCluster:
     def status(self) -> list[ProcessStatus]:
         return cluster.status(self.data_dir)
 
+    @property
+    def client_properties(self) -> Path | None:
+        """The admin's client properties file (librdkafka form) of a secured cluster."""
+        return self.info.client_properties
+
+    def client_config(self) -> dict[str, str | int | float | bool]:
+        """librdkafka settings reaching this cluster (bootstrap servers; for a secured cluster
+        also the admin's security settings, from its client properties file)."""
+        config: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
+        path = self.info.client_properties
+        if path is not None:
+            from loglake.client.security import SecurityConfig
+
+            config.update(SecurityConfig.load(path).librdkafka())
+        return config
+
     # -- topics ---------------------------------------------------------------------------------
 
     def create_topic(
@@ -260,7 +282,7 @@ class DevCluster:
         """
         from confluent_kafka.admin import AdminClient, NewTopic  # heavy import
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(self.client_config())
         futures = admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor,
                       config=dict(configs or {}))],
@@ -280,7 +302,7 @@ class DevCluster:
 
         zk = KazooClient(hosts=self.zookeeper_connect, timeout=timeout)
         zk.start(timeout=timeout)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(self.client_config())
 
         def zookeeper_ready() -> str:
             """Empty once ready, else what is missing."""

@@ -86,8 +86,10 @@ def zookeeper_is_serving(port: int, *, timeout: float = 1.0) -> bool:
     return reply is not None and "Mode: " in reply
 
 
-def kafka_api_versions_ok(port: int, *, timeout: float = 1.0) -> bool:
-    """True if 127.0.0.1:``port`` answers a Kafka ApiVersions v0 request with error code 0.
+def kafka_api_versions_ok(port: int, *, timeout: float = 1.0, tls_ca: str | None = None) -> bool:
+    """True if 127.0.0.1:``port`` answers a Kafka ApiVersions v0 request with error code 0
+    (over TLS trusting the CA file ``tls_ca`` when given: a SSL or SASL_SSL listener; SASL
+    listeners answer ApiVersions before authentication).
 
     Frame: int32 size, then request header v1 (api_key int16 = 18, api_version int16 = 0,
     correlation_id int32, client_id int16-length string) and an empty body. The v0 response is
@@ -97,17 +99,31 @@ def kafka_api_versions_ok(port: int, *, timeout: float = 1.0) -> bool:
     client_id = b"loglake-dev-probe"
     header = struct.pack(">hhih", API_VERSIONS_KEY, 0, correlation_id, len(client_id)) + client_id
     try:
-        with socket.create_connection((LOOPBACK, port), timeout=timeout) as sock:
+        with _connect(port, timeout, tls_ca) as sock:
             sock.sendall(struct.pack(">i", len(header)) + header)
             size_bytes = _recv_exactly(sock, 4)
             (size,) = struct.unpack(">i", size_bytes)
             if size < 6:
                 return False
             prefix = _recv_exactly(sock, 6)
-    except (OSError, EOFError):
+    except (OSError, EOFError):  # ssl.SSLError is an OSError
         return False
     answered_id, error_code = struct.unpack(">ih", prefix)
     return answered_id == correlation_id and error_code == 0
+
+
+def _connect(port: int, timeout: float, tls_ca: str | None) -> socket.socket:
+    sock = socket.create_connection((LOOPBACK, port), timeout=timeout)
+    if tls_ca is None:
+        return sock
+    import ssl
+
+    try:
+        context = ssl.create_default_context(cafile=tls_ca)
+        return context.wrap_socket(sock, server_hostname=LOOPBACK)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytes:
