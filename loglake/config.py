@@ -591,6 +591,22 @@ class BrokerConfig:
         "produce request waits in memory, the rest in the socket.", int, 1048576)
     zookeeper_session_timeout_ms: int = _setting(
         "zookeeper.session.timeout.ms", "ZooKeeper session timeout.", int, 18000)
+    zookeeper_set_acl: bool = _setting(
+        "zookeeper.set.acl", "Znodes this broker creates get Kafka's secure ACLs (creator ALL + "
+        "world READ; no world access under /config/users and /config/brokers). Needs ZooKeeper "
+        "credentials (catalog/zk_auth.py).", _boolean, False)
+    zookeeper_sasl_username: str | None = _setting(
+        "zookeeper.sasl.username", "ZooKeeper SASL (DIGEST-MD5) user of this broker (none: "
+        "zookeeper.sasl.jaas.file, else the Client section of sasl.jaas.file, else "
+        "anonymous).", _optional, None)
+    zookeeper_sasl_password: str | None = _setting(
+        "zookeeper.sasl.password", "Password of zookeeper.sasl.username.", _optional, None)
+    zookeeper_sasl_jaas_file: str | None = _setting(
+        "zookeeper.sasl.jaas.file", "A JAAS file whose client section (DigestLoginModule "
+        'username="..." password="...") holds the ZooKeeper login.', _optional, None)
+    zookeeper_sasl_clientconfig: str = _setting(
+        "zookeeper.sasl.clientconfig", "The JAAS section with the ZooKeeper login "
+        "(ZooKeeper's name for it).", str, "Client")
     log_flush_scheduler_interval_ms: int = _setting(
         "log.flush.scheduler.interval.ms", "How often logs are checked for a due flush.", int,
         1000)

@@ -85,6 +85,7 @@ from loglake.broker.topic_sync import TopicSync
 from loglake.broker.transactions.coordinator import TransactionCoordinator
 from loglake.broker.transactions.markers import MarkerSender
 from loglake.broker.zk_session import ZkSession
+from loglake.catalog.zk_auth import resolve_zk_auth
 from loglake.catalog.zookeeper import (
     BrokerInfo,
     CatalogClosedError,
@@ -109,8 +110,14 @@ class Broker:
         self.config = config
         self.clock = clock
         self.stopping = False
+        zookeeper_auth = resolve_zk_auth(  # ZooKeeper SASL login and znode ACLs (zk_auth.py)
+            username=config.zookeeper_sasl_username, password=config.zookeeper_sasl_password,
+            jaas_file=config.zookeeper_sasl_jaas_file,
+            jaas_section=config.zookeeper_sasl_clientconfig,
+            shared_jaas_file=config.sasl_jaas_file, set_acl=config.zookeeper_set_acl)
         catalog = ClusterCatalog(config.zookeeper_connect,
-                                 session_timeout=config.zookeeper_session_timeout_ms / 1000)
+                                 session_timeout=config.zookeeper_session_timeout_ms / 1000,
+                                 auth=zookeeper_auth)
         self.zk = ZkSession(catalog, broker_id=config.broker_id, stopped=self._is_stopping)
         self.metadata = MetadataCache()
         self.logs = LogManager(config.log_dir)

@@ -22,15 +22,45 @@ never block.
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import NodeExistsError
-from kazoo.security import ACL
+from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.security import ACL, Permissions
+
+log = logging.getLogger(__name__)
 
 AclPolicy = Callable[[str], list[ACL]]
+SECURE_ATTEMPTS = 5
+
+
+def world_writable(acls: list[ACL]) -> bool:
+    """Whether ``world:anyone`` may do more than READ on a znode with these ACLs."""
+    return any(acl.id.scheme == "world" and acl.id.id == "anyone"
+               and acl.perms & ~Permissions.READ for acl in acls)
+
+
+def secure_if_open(client: KazooClient, path: str, acl: list[ACL]) -> bool:
+    """Give ``path`` the ACL ``acl`` if the world may write it (e.g. a chroot a dev tool
+    created before security was on); True if it changed it. Blocking (kazoo).
+
+    Kafka creates its chroot with its secure ACL; a broker with ``zookeeper.set.acl`` does the
+    same for a chroot someone created open, as it may (the open ACL lets anyone change ACLs).
+    """
+    for _attempt in range(SECURE_ATTEMPTS):
+        acls, stat = client.get_acls(path)
+        if not world_writable(acls):
+            return False
+        try:
+            client.set_acls(path, acl, version=stat.aversion)
+        except BadVersionError:  # changed meanwhile (another broker secured it): look again
+            continue
+        log.info("ZooKeeper: %s was open to the world; gave it the secure ACL", path)
+        return True
+    raise RuntimeError(f"the ACL of {path} kept changing while we tried to secure it")
 
 
 class PathAclKazooClient(KazooClient):  # kazoo is untyped

@@ -79,6 +79,15 @@ ENVIRONMENT = {USERNAME: ENV_USERNAME, PASSWORD: ENV_PASSWORD, JAAS_FILE: ENV_JA
 SENSITIVE_PATHS = ("/config/users", "/config/brokers")
 """Kafka's sensitive root paths: they and their descendants get no world access."""
 
+PERSISTENT_PATHS = (
+    "/brokers/ids", "/brokers/topics", "/config/topics", "/config/brokers", "/config/users",
+    "/config/clients", "/config/changes", "/admin/delete_topics", "/consumers", "/cluster",
+    "/loglake", "/kafka-acl", "/kafka-acl-extended/prefixed", "/kafka-acl-changes",
+    "/kafka-acl-extended-changes",
+)
+"""The layout's top-level znodes (Kafka's ``PersistentZkPaths`` and loglake's root), created at
+broker start when ``set_acl``: so that nobody can create them first with an open ACL."""
+
 
 class ZooKeeperAuthenticationError(LoglakeError):
     """ZooKeeper refused our SASL login (wrong user or password, or the server has no SASL
@@ -189,29 +198,41 @@ def jaas_client_credentials(text: str, section: str = DEFAULT_JAAS_SECTION
 
 
 # ---- resolution
+def _read_jaas(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read()
+    except OSError as exc:
+        raise InvalidConfigError(f"cannot read the JAAS file {path}: "
+                                 f"{exc.strerror or exc}") from None
+
+
 def resolve_zk_auth(*, username: str | None = None, password: str | None = None,
                     jaas_file: str | None = None, jaas_section: str | None = None,
-                    set_acl: bool | None = None,
+                    shared_jaas_file: str | None = None, set_acl: bool | None = None,
                     environ: Mapping[str, str] | None = None) -> ZkAuth:
     """The :class:`ZkAuth` from explicit values, else from ``environ`` (``os.environ`` by
     default; pass ``{}`` to ignore the environment).
 
-    Credentials: ``username``/``password``, else ``jaas_file``'s section, else the same from
-    the environment variables. ``set_acl`` None means "iff authenticated" (tools); brokers pass
-    their ``zookeeper.set.acl``. Raises InvalidConfigError on half or unreadable credentials.
+    Credentials: ``username``/``password``, else ``jaas_file``'s section, else
+    ``shared_jaas_file``'s section if it has one (a broker's ``sasl.jaas.file``: Kafka reads
+    its ZooKeeper login from the ``Client`` section of the JVM's one JAAS file, and logs in to
+    ZooKeeper only when that section exists), else the same from the environment variables.
+    ``set_acl`` None means "iff authenticated" (tools); brokers pass their
+    ``zookeeper.set.acl``. Raises InvalidConfigError on half or unreadable credentials.
     """
     env = os.environ if environ is None else environ
+    section = jaas_section or DEFAULT_JAAS_SECTION
+    if (username is None and password is None and jaas_file is None and shared_jaas_file
+            and section in jaas_sections(_read_jaas(shared_jaas_file))):
+        jaas_file = shared_jaas_file
     if username is None and password is None and jaas_file is None:
         username, password = env.get(ENV_USERNAME) or None, env.get(ENV_PASSWORD) or None
         jaas_file = env.get(ENV_JAAS_FILE) or None
         jaas_section = jaas_section or env.get(ENV_JAAS_SECTION) or None
     if username is None and password is None and jaas_file is not None:
-        try:
-            text = open(jaas_file, encoding="utf-8").read()  # noqa: SIM115 (read at once)
-        except OSError as exc:
-            raise InvalidConfigError(f"cannot read the ZooKeeper JAAS file {jaas_file}: "
-                                     f"{exc.strerror or exc}") from None
-        username, password = jaas_client_credentials(text, jaas_section or DEFAULT_JAAS_SECTION)
+        username, password = jaas_client_credentials(
+            _read_jaas(jaas_file), jaas_section or section)
     authenticated = username is not None
     return ZkAuth(username=username, password=password,
                   set_acl=authenticated if set_acl is None else set_acl)

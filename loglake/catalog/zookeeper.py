@@ -60,7 +60,13 @@ SessionExpired and OperationTimeout (and a connect time-out) become
 backoff, one log line per failed attempt); :func:`zookeeper_unavailable` classifies an exception
 for callers that reach kazoo some other way. Node-level outcomes that callers decide on are
 typed too: a topic that exists (TopicExistsError) or not (UnknownTopicError), a conditioned
-write that lost a race (StaleStateError); no kazoo exception leaves this package.
+write that lost a race (StaleStateError); no kazoo exception leaves this package. A refused
+SASL login is ZooKeeperAuthenticationError, a znode ACL's refusal ZooKeeperNoAuthError.
+
+Security (catalog/zk_auth.py, catalog/zk_acls.py): the catalog authenticates with SASL
+DIGEST-MD5 when its :class:`ZkAuth` (or the LOGLAKE_ZOOKEEPER_SASL_* environment) names a user,
+and with ``set_acl`` every znode it creates gets Kafka's ACL policy (creator ALL + world READ;
+no world access under ``/config/users`` and ``/config/brokers``). Default: neither.
 
 Sessions (see :class:`SessionEvent`): kazoo reconnects by itself and, after an expiry (state
 LOST), opens a *new* session. The catalog remembers every session id it has held, so a
@@ -91,9 +97,11 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
@@ -102,11 +110,20 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
 from kio.schema.errors import ErrorCode
 
 from loglake.catalog.groups import GroupStore
+from loglake.catalog.zk_acls import PathAclKazooClient, secure_if_open
+from loglake.catalog.zk_auth import (
+    PERSISTENT_PATHS,
+    ZkAuth,
+    ZooKeeperAuthenticationError,
+    ZooKeeperNoAuthError,
+    acl_for,
+    zk_auth_from_environment,
+)
 from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
 
 if TYPE_CHECKING:
@@ -239,6 +256,16 @@ def _typed_errors(what: str) -> Iterator[None]:
         raise CatalogClosedError(f"{what}: the ZooKeeper client is closed") from None
     except _CONNECTION_ERRORS as exc:
         raise ZooKeeperUnavailableError(f"{what}: ZooKeeper {_describe(exc)}") from None
+    except AuthFailedError:
+        raise ZooKeeperAuthenticationError(
+            f"{what}: ZooKeeper refused our SASL login",
+            hint="check zookeeper.sasl.username/password (or the JAAS file) against the "
+                 "server's JAAS Server section") from None
+    except NoAuthError:
+        raise ZooKeeperNoAuthError(
+            f"{what}: ZooKeeper's ACL refused it (NoAuth)",
+            hint="authenticate as the cluster's ZooKeeper user: zookeeper.sasl.* settings, or "
+                 "LOGLAKE_ZOOKEEPER_SASL_USERNAME/PASSWORD for tools") from None
 
 
 def _zookeeper_op(func: Callable[P, T]) -> Callable[P, T]:
@@ -487,10 +514,13 @@ class ClusterCatalog:
     """
 
     def __init__(self, connect: str, *, timeout: float = 10.0, session_timeout: float = 18.0,
-                 mode: Literal["broker", "tool"] = "broker"):
+                 mode: Literal["broker", "tool"] = "broker", auth: ZkAuth | None = None):
         self._hosts, self._chroot = split_connect(connect)
         self.mode = mode
         self.session_timeout = session_timeout
+        self.auth = auth if auth is not None else zk_auth_from_environment()
+        """Our ZooKeeper identity and ACL policy (catalog/zk_auth.py); without ``auth``, the
+        LOGLAKE_ZOOKEEPER_SASL_* environment (anonymous and open znodes when unset)."""
         self.zk = self._client(self._hosts + self._chroot, session_timeout)
         self._start_timeout = timeout
         self._lock = threading.Lock()
@@ -501,13 +531,14 @@ class ClusterCatalog:
         self._listeners: list[Callable[[SessionEvent], Any]] = []
         self.zk.add_listener(self._on_state)
 
-    @staticmethod
-    def _client(hosts: str, session_timeout: float) -> KazooClient:
+    def _client(self, hosts: str, session_timeout: float) -> KazooClient:
         reconnect = KazooRetry(max_tries=-1, delay=0.1, backoff=2,
                                max_delay=RECONNECT_MAX_DELAY_S)
         commands = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RETRY_MAX_DELAY_S)
-        return KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=reconnect,
-                           command_retry=commands)
+        return PathAclKazooClient(
+            hosts=hosts, timeout=session_timeout, connection_retry=reconnect,
+            command_retry=commands, sasl_options=self.auth.sasl_options(),
+            acl_policy=acl_for if self.auth.set_acl else None)
 
     # ---- session
     def start(self, *, wait: bool = False, stopped: Callable[[], bool] = _never) -> None:
@@ -530,11 +561,15 @@ class ClusterCatalog:
                 self._connect(bootstrap, wait=wait, stopped=stopped)
                 self._call(wait, "creating the chroot", bootstrap.ensure_path, self._chroot,
                            stopped=stopped)
+                if self.auth.set_acl:
+                    self._call(wait, "securing the chroot", secure_if_open, bootstrap,
+                               self._chroot, acl_for("/"), stopped=stopped)
             finally:
                 bootstrap.stop()
                 bootstrap.close()
         self._connect(self.zk, wait=wait, stopped=stopped)
-        for path in (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS):
+        secured = PERSISTENT_PATHS if self.auth.set_acl else ()  # before anyone else can
+        for path in (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS, *secured):
             self._call(wait, "creating the top-level znodes", self.zk.ensure_path, path,
                        stopped=stopped)
 
@@ -591,6 +626,9 @@ class ClusterCatalog:
         while not connected.wait(0.2):
             if self._closing.is_set() or stopped():
                 raise CatalogClosedError("stopped while waiting for ZooKeeper")
+            if client.client_state == KeeperState.AUTH_FAILED:  # kazoo stopped connecting
+                with _typed_errors(f"connecting to ZooKeeper at {self._hosts}"):
+                    raise AuthFailedError()
             if time.monotonic() - logged >= CONNECT_LOG_EVERY_S:
                 logged = time.monotonic()
                 log.warning("waiting for ZooKeeper at %s (%.0f s so far)", self._hosts,

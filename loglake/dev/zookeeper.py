@@ -4,6 +4,8 @@ Layout of a server directory ``D`` (everything the server reads or writes lives 
 
     D/conf/zoo.cfg            written by us on every start (see ZooKeeperServer.config_text)
     D/conf/log4j.properties   console logging; D/conf is first on the classpath
+    D/conf/jaas.conf          with ``sasl_users`` only: the JAAS ``Server`` section
+                              (DigestLoginModule, ``user_<name>="<password>"``), mode 0600
     D/data/                   dataDir: snapshots, transaction logs, myid (ensemble only)
     D/zookeeper.log           stdout+stderr of the JVM (unless another log path is given)
 
@@ -17,6 +19,14 @@ Ensemble layout (:func:`ensemble_peers`): member ``i`` (1-based) of an ensemble 
 is ``P`` uses client port ``P + 3(i-1)``, quorum port ``P + 3(i-1) + 1`` and leader-election port
 ``P + 3(i-1) + 2``, all on 127.0.0.1.
 
+SASL (``sasl_users``, see :meth:`ZooKeeperServer.config_text`): the server authenticates clients
+with DIGEST-MD5 against ``jaas.conf`` (``authProvider.1=...SASLAuthenticationProvider``, the JVM
+started with ``-Djava.security.auth.login.config``); a client's ZooKeeper identity is then
+``sasl:<user>``. Clients without credentials are still served (and meet the znodes' ACLs) unless
+``require_sasl`` (``enforce.auth.enabled`` with scheme ``sasl``: ZooKeeper closes the session of
+an unauthenticated client at its first request). ``super_user``: that SASL user may do anything
+(``zookeeper.superUser``), whatever the ACLs. The ``srvr`` probe needs no authentication.
+
 Crash behaviour: ZooKeeper's own; the data directory survives ``stop``/``kill`` and a new server
 on the same directory recovers every committed znode.
 """
@@ -26,7 +36,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -65,6 +75,10 @@ log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
 log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
 log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
 """
+
+
+def _jaas_quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def find_java() -> Path:
@@ -163,6 +177,9 @@ class ZooKeeperServer:
         tick_time_ms: int = DEFAULT_TICK_TIME_MS,
         log_path: Path | None = None,
         jvm_options: Sequence[str] = DEFAULT_JVM_OPTIONS,
+        sasl_users: Mapping[str, str] | None = None,
+        require_sasl: bool = False,
+        super_user: str | None = None,
     ) -> None:
         if peers:
             own = [peer for peer in peers if peer.server_id == server_id]
@@ -177,6 +194,15 @@ class ZooKeeperServer:
         self.log_path = (Path(log_path).absolute() if log_path is not None
                          else self.directory / "zookeeper.log")
         self.jvm_options = tuple(jvm_options)
+        self.sasl_users = dict(sasl_users or {})
+        """SASL DIGEST-MD5 users (name -> password); empty: no SASL (the default)."""
+        if (require_sasl or super_user is not None) and not self.sasl_users:
+            raise ValueError("require_sasl and super_user need sasl_users")
+        for name in self.sasl_users:
+            if not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+                raise ValueError(f"SASL user name {name!r}: letters, digits, '_', '-', '.' only")
+        self.require_sasl = require_sasl
+        self.super_user = super_user
         self.handle: ProcessHandle | None = None
         """The running JVM, if started by (or attached to) this object."""
 
@@ -193,6 +219,17 @@ class ZooKeeperServer:
     @property
     def config_path(self) -> Path:
         return self.conf_dir / "zoo.cfg"
+
+    @property
+    def jaas_path(self) -> Path:
+        return self.conf_dir / "jaas.conf"
+
+    def jaas_text(self) -> str:
+        """The JAAS ``Server`` section of :attr:`sasl_users` (ZooKeeper's DigestLoginModule)."""
+        users = "".join(f'\n    user_{name}="{_jaas_quote(password)}"'
+                        for name, password in self.sasl_users.items())
+        return ("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required"
+                f"{users};\n}};\n")
 
     @property
     def hosts(self) -> str:
@@ -213,6 +250,13 @@ class ZooKeeperServer:
             "autopurge.snapRetainCount=3",
             "autopurge.purgeInterval=1",
         ]
+        if self.sasl_users:
+            lines.append("authProvider.1=org.apache.zookeeper.server.auth."
+                         "SASLAuthenticationProvider")
+        if self.require_sasl:
+            lines += ["enforce.auth.enabled=true", "enforce.auth.schemes=sasl"]
+        if self.super_user is not None:
+            lines.append(f"superUser={self.super_user}")  # -> zookeeper.superUser
         if self.peers:
             lines += ["initLimit=10", "syncLimit=5"]
             lines += [peer.config_line for peer in self.peers]
@@ -224,6 +268,9 @@ class ZooKeeperServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config_text())
         (self.conf_dir / "log4j.properties").write_text(_LOG4J_PROPERTIES)
+        if self.sasl_users:
+            self.jaas_path.touch(mode=0o600)
+            self.jaas_path.write_text(self.jaas_text())
         if self.peers:
             (self.data_dir / "myid").write_text(f"{self.server_id}\n")
 
@@ -231,7 +278,9 @@ class ZooKeeperServer:
         """The JVM command line; raises :class:`MissingDependencyError` if java or jars are
         missing."""
         classpath = os.pathsep.join([str(self.conf_dir), *zookeeper_classpath()])
-        return [str(find_java()), *self.jvm_options, "-cp", classpath, MAIN_CLASS,
+        sasl = ([f"-Djava.security.auth.login.config={self.jaas_path}"]
+                if self.sasl_users else [])
+        return [str(find_java()), *self.jvm_options, *sasl, "-cp", classpath, MAIN_CLASS,
                 str(self.config_path)]
 
     # -- lifecycle ------------------------------------------------------------------------------
