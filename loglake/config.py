@@ -808,7 +808,7 @@ class BrokerConfig:
             if key.startswith(prefix) and (attribute := by_name.get(key[len(prefix):])):
                 try:
                     values[attribute] = settings[attribute].parse(raw)
-                except ValueError as exc:
+                except (ValueError, InvalidConfigError) as exc:
                     raise InvalidConfigError(f"Invalid value for {key}: {exc}") from None
         return dataclasses.replace(self, **values) if values else self
 
