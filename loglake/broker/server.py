@@ -56,6 +56,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from kio.index import KioIndexError
@@ -81,6 +82,7 @@ from loglake.broker.request_memory import (
     RequestMemory,
     RequestMemoryExhausted,
 )
+from loglake.broker.security import sasl_gate
 from loglake.broker.security.listeners import ListenerSpec, listener_specs, tls_principal
 from loglake.broker.security.principal_mapping import NoMatchingRuleError
 from loglake.broker.security.session import Session
@@ -163,6 +165,7 @@ class KafkaServer:
             spec.name, spec.security_protocol,
             str(peer[0]) if isinstance(peer, tuple) and peer else "")
         session.close_connection = writer.transport.abort
+        sasl_gate.on_connect(session, self.config)
         try:
             if spec.ssl_context is not None:
                 session.principal = tls_principal(writer.get_extra_info("ssl_object"),
@@ -226,6 +229,9 @@ class KafkaServer:
     async def _handle(self, data: FrameBytes, peer: object = None,
                       session: Session | None = None) -> bytes | None:
         api_key, version, correlation_id = decode_header(data)
+        if session is not None and (reason := sasl_gate.admit(
+                session, api_key, time.monotonic(), len(data))) is not None:
+            raise FrameError(reason)  # SASL listeners: see security/sasl_gate.py
         api = API_TABLE.get(api_key)
         if api is None:
             raise FrameError(f"unknown API key {api_key}")

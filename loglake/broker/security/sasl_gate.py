@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from loglake.broker.security.sasl_mechanisms import PlainExchange, ScramExchange
 from loglake.broker.security.sasl_settings import SaslListenerSettings, listener_settings
 from loglake.broker.security.session import Session, uses_sasl
+from loglake.errors import InvalidConfigError
 
 if TYPE_CHECKING:
     from loglake.config import BrokerConfig
@@ -108,7 +109,13 @@ def on_connect(session: Session, config: BrokerConfig) -> None:
     authentication time limit."""
     if not uses_sasl(session.security_protocol):
         return
-    state = connection_state(session, config)
+    try:
+        state = connection_state(session, config)
+    except InvalidConfigError as exc:  # an unreadable sasl.jaas.file: no login can succeed
+        log.error("SASL listener %s cannot authenticate anyone: %s", session.listener, exc)
+        connection_state(session).stage = FAILED
+        connection_state(session).failure = str(exc)
+        return
     assert state.settings is not None
     timeout = state.settings.authentication_timeout_s
     if timeout > 0:
