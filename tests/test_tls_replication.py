@@ -1,7 +1,7 @@
-"""Three brokers replicating over an SSL inter-broker listener (``inter.broker.listener.name``
-with ``ssl.client.auth=required``): followers fetch and the ISR fills over TLS, and every
-established connection to an INTERNAL port comes from the brokers themselves (clients use
-PLAINTEXT)."""
+"""Three brokers replicating over an SSL (``ssl.client.auth=required``) or SASL_SSL (PLAIN)
+inter-broker listener (``inter.broker.listener.name``): followers fetch and the ISR fills over
+TLS, and every established connection to an INTERNAL port comes from the brokers themselves
+(clients use PLAINTEXT)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -28,15 +29,27 @@ def _established_local_ports() -> set[int]:
     return ports
 
 
-def test_replication_over_ssl_inter_broker_listener(tmp_path: Path, zookeeper_hosts: str
-                                                    ) -> None:
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+        'password="broker-secret" user_broker="broker-secret";')
+
+
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL"])
+def test_replication_over_ssl_inter_broker_listener(tmp_path: Path, zookeeper_hosts: str,
+                                                    protocol: str) -> None:
+    """SSL: brokers present their certificates (client auth required); SASL_SSL: TLS plus a
+    SASL PLAIN login as the broker user (sasl.mechanism.inter.broker.protocol)."""
     files = make_tls_files(tmp_path / "tls")
     overrides = {
         "listeners": "PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:{port:1}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
+        "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,INTERNAL:{protocol}",
         "inter.broker.listener.name": "INTERNAL",
-        **broker_ssl_settings(files, client_auth="required", listener="INTERNAL"),
+        **broker_ssl_settings(files, client_auth="required" if protocol == "SSL" else "none",
+                              listener="INTERNAL"),
     }
+    if protocol == "SASL_SSL":
+        overrides.update({"sasl.enabled.mechanisms": "PLAIN",
+                          "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                          "listener.name.internal.plain.sasl.jaas.config": JAAS})
     topic = f"tls-replicated-{uuid.uuid4().hex[:8]}"
     with DevCluster(tmp_path / "dev", brokers=3, zookeeper=zookeeper_hosts,
                     broker_overrides=overrides) as dev:
