@@ -350,9 +350,10 @@ def test_consumer_needs_read_on_topic_and_group(secured: DevCluster, zk: KazooCl
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
-                if msg.error():
-                    return msg.error().code(), []
-                return None, [msg.value()]
+                error = msg.error()
+                if error is not None:
+                    return error.code(), []
+                return None, [msg.value() or b""]
             return None, []
         finally:
             consumer.close()
@@ -650,7 +651,7 @@ def test_transactional_producer_end_to_end(secured: DevCluster, zk: KazooClient,
         while len(values) < 5 and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and not msg.error():
-                values.append(msg.value())
+                values.append(msg.value() or b"")
         assert values == [b"txn-%d" % i for i in range(5)]
     finally:
         consumer.close()
