@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from loglake.broker.handlers import (
+    acls,
     admin,
     cluster_admin,
     describe_producers,
@@ -102,6 +103,9 @@ API_TABLE: dict[int, Api] = {
         Api(26, "EndTxn", 0, 4, transactions.end_txn),
         Api(27, "WriteTxnMarkers", 1, 1, txn_markers.write_txn_markers),
         Api(28, "TxnOffsetCommit", 0, 3, groups.txn_offset_commit),
+        Api(29, "DescribeAcls", 1, 3, acls.describe_acls),
+        Api(30, "CreateAcls", 1, 3, acls.create_acls),
+        Api(31, "DeleteAcls", 1, 3, acls.delete_acls),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
         Api(33, "AlterConfigs", 0, 2, cluster_admin.alter_configs),
         Api(35, "DescribeLogDirs", 1, 4, cluster_admin.describe_log_dirs),

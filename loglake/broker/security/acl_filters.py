@@ -13,7 +13,9 @@ Immutable values, pure functions: any thread.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import TypeVar
 
 from loglake.broker.security.acl_model import (
     WILDCARD,
@@ -123,10 +125,13 @@ ANY_FILTER = AclBindingFilter(
 """Matches every binding."""
 
 
-def enum_or_unknown(enum_type: type, code: int) -> object:
+E = TypeVar("E", bound=enum.IntEnum)
+
+
+def enum_or_unknown(enum_type: type[E], code: int) -> E:
     """``enum_type(code)``, or its UNKNOWN member for a code Kafka does not define (Kafka's
     ``fromCode``)."""
     try:
         return enum_type(code)
     except ValueError:
-        return enum_type.UNKNOWN  # type: ignore[attr-defined]
+        return enum_type["UNKNOWN"]
