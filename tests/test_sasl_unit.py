@@ -259,3 +259,46 @@ def test_authentication_time_limit() -> None:
         return closed["slow"], closed["quick"]
 
     assert asyncio.run(scenario()) == (1, 0)
+
+
+def _manual_client_final(mechanism: str, password: str, client_first_bare: str,
+                         server_first: str, nonce: str) -> str:
+    """A client-final message computed by hand (RFC 5802) for an arbitrary nonce."""
+    import base64
+    import hashlib
+    import hmac as hmac_
+
+    from loglake.broker.security.scram_credentials import hash_name, salted_password
+
+    fields = dict(part.split("=", 1) for part in server_first.split(","))
+    salted = salted_password(mechanism, password, base64.b64decode(fields["s"]),
+                             int(fields["i"]))
+    name = hash_name(mechanism)
+    client_key = hmac_.new(salted, b"Client Key", name).digest()
+    stored_key = hashlib.new(name, client_key).digest()
+    without_proof = f"c=biws,r={nonce}"
+    auth = f"{client_first_bare},{server_first},{without_proof}".encode()
+    signature = hmac_.new(stored_key, auth, name).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}"
+
+
+def test_scram_accepts_librdkafka_2_0_repeated_client_nonce() -> None:
+    """librdkafka 2.0.x (kcat 1.7.1) sends r=<client nonce><server-first nonce>; Kafka only
+    checks that the nonce ends with the server-first one, so it logs in there: so here."""
+    credential = parse_credential(make_credential("SCRAM-SHA-256", "pw"))
+    exchange = ScramExchange("SCRAM-SHA-256")
+    exchange.client_first(b"n,,n=carol,r=cnonce123")
+    server_first = exchange.server_first(credential).decode()
+    full_nonce = server_first.split(",")[0][2:]
+    final = _manual_client_final("SCRAM-SHA-256", "pw", "n=carol,r=cnonce123", server_first,
+                                 "cnonce123" + full_nonce)
+    assert exchange.client_final(final.encode()).startswith(b"v=")
+    assert exchange.complete
+    other = ScramExchange("SCRAM-SHA-256")
+    other.client_first(b"n,,n=carol,r=cnonce123")
+    server_first = other.server_first(credential).decode()
+    forged = _manual_client_final("SCRAM-SHA-256", "pw", "n=carol,r=cnonce123", server_first,
+                                  "cnonce123" + "someone-elses-nonce")
+    with pytest.raises(SaslFailure, match="nonce"):
+        other.client_final(forged.encode())

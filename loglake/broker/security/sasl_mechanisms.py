@@ -1,5 +1,6 @@
 """Server side of the SASL mechanisms: PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802,
-RFC 7677, with ``scramp``).
+RFC 7677; the tests check it against ``scramp``'s client, and the broker's own client uses
+scramp).
 
 Each exchange is a small state machine fed the client's tokens (SaslAuthenticate's
 ``auth_bytes``) and answering the server's; it raises :class:`SaslFailure` when the client
@@ -19,11 +20,17 @@ Not thread-safe: one exchange per connection, used from the event loop.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import hmac
+import secrets
 
-import scramp
-
-from loglake.broker.security.scram_credentials import SCRAM_MECHANISMS, ScramCredential
+from loglake.broker.security.scram_credentials import (
+    MIN_ITERATIONS,
+    ScramCredential,
+    hash_name,
+)
 
 PLAIN = "PLAIN"
 
@@ -84,16 +91,21 @@ def _sasl_name_to_user(name: str) -> str:
 
 class ScramExchange:
     """SCRAM-SHA-256/512 without channel binding (as Kafka), in three calls (see the module
-    docstring)."""
+    docstring). The checks are Kafka's ``ScramSaslServer``'s: the client-final nonce must end
+    with the server-first nonce (librdkafka 2.0.x repeats the client nonce in front, and Kafka
+    accepts it), the proof must match the stored key; the server-final message carries the
+    server signature."""
 
     def __init__(self, mechanism: str) -> None:
-        if mechanism not in SCRAM_MECHANISMS:
-            raise ValueError(f"not a SCRAM mechanism: {mechanism}")
         self.mechanism = mechanism
+        self._hash = hash_name(mechanism)
         self.complete = False
         self.username: str | None = None
-        self._client_first: str | None = None
-        self._server: scramp.core.ScramServer | None = None
+        self._client_first_bare = ""
+        self._client_nonce = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._credential: ScramCredential | None = None
         self._stage = "client_first"
 
     def client_first(self, token: bytes) -> str:
@@ -108,17 +120,19 @@ class ScramExchange:
         if len(parts) != 3 or parts[0] not in ("n", "y"):
             raise SaslFailure("Invalid SCRAM client first message (channel binding is not "
                               "supported)")
-        authzid = parts[1][2:] if parts[1].startswith("a=") else ""
         if parts[1] and not parts[1].startswith("a="):
             raise SaslFailure("Invalid SCRAM client first message: bad authorization id")
-        first = parts[2].split(",", 1)[0]
-        if not first.startswith("n=") or len(first) <= 2:
-            raise SaslFailure("Invalid SCRAM client first message: no user name")
-        username = _sasl_name_to_user(first[2:])
+        authzid = parts[1][2:]
+        attributes = parts[2].split(",")
+        if (len(attributes) < 2 or not attributes[0].startswith("n=") or len(attributes[0]) < 3
+                or not attributes[1].startswith("r=") or len(attributes[1]) < 3):
+            raise SaslFailure("Invalid SCRAM client first message: expected n=<user>,r=<nonce>")
+        username = _sasl_name_to_user(attributes[0][2:])
         if authzid and _sasl_name_to_user(authzid) != username:
             raise SaslFailure("Authentication failed: Client requested an authorization id "
                               "that is different from username")
-        self._client_first = text
+        self._client_first_bare = parts[2]
+        self._client_nonce = attributes[1][2:]
         self.username = username
         self._stage = "server_first"
         return username
@@ -129,30 +143,47 @@ class ScramExchange:
         self._expect("server_first")
         if credential is None:
             raise SaslFailure("Authentication failed: Invalid user credentials")
-        auth_info = credential.scramp_auth_info()
-        try:
-            server = scramp.ScramMechanism(self.mechanism).make_server(lambda _user: auth_info)
-            server.set_client_first(self._client_first)
-            answer = server.get_server_first()
-        except scramp.ScramException as exc:
-            raise SaslFailure(f"Invalid SCRAM client first message: {exc}") from None
-        self._server = server
+        if credential.iterations < MIN_ITERATIONS:
+            raise SaslFailure("Authentication failed: Invalid user credentials")
+        self._credential = credential
+        self._nonce = self._client_nonce + secrets.token_urlsafe(24)
+        salt = base64.b64encode(credential.salt).decode("ascii")
+        self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
         self._stage = "client_final"
-        return answer.encode("utf-8")
+        return self._server_first.encode("utf-8")
 
     def client_final(self, token: bytes) -> bytes:
         """Check the client's proof; the server-final message (with the server's signature)
         on success, SaslFailure otherwise."""
         self._expect("client_final")
-        assert self._server is not None
         self._stage = "done"
+        credential = self._credential
+        assert credential is not None
         try:
-            self._server.set_client_final(token.decode("utf-8"))
-            answer = self._server.get_server_final()
-        except (scramp.ScramException, UnicodeDecodeError):
-            raise SaslFailure("Authentication failed: Invalid user credentials") from None
+            text = token.decode("utf-8")
+            without_proof, sep, proof_text = text.rpartition(",p=")
+            proof = base64.b64decode(proof_text, validate=True)
+        except (UnicodeDecodeError, binascii.Error):
+            raise SaslFailure("Authentication failed: Invalid client final message") from None
+        attributes = without_proof.split(",")
+        if (not sep or len(attributes) < 2 or not attributes[0].startswith("c=")
+                or not attributes[1].startswith("r=")):
+            raise SaslFailure("Authentication failed: Invalid client final message")
+        if not attributes[1][2:].endswith(self._nonce):
+            raise SaslFailure("Invalid client nonce in the final client message.")
+        auth_message = ",".join((self._client_first_bare, self._server_first,
+                                 without_proof)).encode("utf-8")
+        signature = hmac.new(credential.stored_key, auth_message, self._hash).digest()
+        if len(proof) != len(signature):
+            raise SaslFailure("Authentication failed: Invalid user credentials")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(hashlib.new(self._hash, client_key).digest(),
+                                   credential.stored_key):
+            raise SaslFailure("Authentication failed: Invalid user credentials")
+        server_signature = hmac.new(credential.server_key, auth_message, self._hash).digest()
         self.complete = True
-        return answer.encode("utf-8")
+        self._credential = None
+        return b"v=" + base64.b64encode(server_signature)
 
     def _expect(self, stage: str) -> None:
         if self._stage != stage:
