@@ -13,6 +13,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as KafkaConsumer
@@ -35,7 +36,7 @@ from loglake.dev.net import free_port_block
 pytestmark = pytest.mark.timeout(240)
 
 LIST_TRANSACTIONS = (66, 0)
-EMPTY_LISTING = {"state_filters": [], "producer_id_filters": []}
+EMPTY_LISTING: dict[str, list[object]] = {"state_filters": [], "producer_id_filters": []}
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +122,7 @@ def test_wire_requests_log_in_or_fail_cleanly(secured: DevCluster) -> None:
     host, port = "127.0.0.1", secured.broker_port(1)
     admin = java_security(secured)
 
-    def list_transactions(security: SecurityConfig | None) -> object:
+    def list_transactions(security: SecurityConfig | None) -> Any:
         return _wire.request(host, port, *LIST_TRANSACTIONS, EMPTY_LISTING, timeout=10,
                              client_id="test", operation="list", security=security)
 
@@ -262,7 +263,7 @@ def test_dev_up_sasl_ssl_end_to_end(tmp_path: Path) -> None:
         for _ in range(60):
             message = consumer.poll(1.0)
             if message is not None and message.error() is None:
-                values.append(message.value())
+                values.append(message.value() or b"")
             if len(values) == 7:
                 break
         consumer.close()
