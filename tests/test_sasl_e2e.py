@@ -406,3 +406,48 @@ def test_real_clients_reauthenticate(reauth_cluster: DevCluster) -> None:
     finally:
         python_producer.close()
     assert errors == [] and delivered[0] == sent
+
+
+# ------------------------------------------------------- Describe/AlterUserScramCredentials
+
+def test_scram_credentials_api_with_confluent_kafka(sasl_cluster: DevCluster) -> None:
+    """AdminClient.alter_user_scram_credentials salts on the client; the broker stores the keys
+    and the new user logs in; describe lists mechanisms and iterations; delete locks out."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": sasl_cluster.bootstrap_servers})
+    user = f"erin-{uuid.uuid4().hex[:6]}"
+    upserts = [UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"erin-pw")]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(timeout=20)
+    with RawSasl(sasl_cluster) as raw:
+        raw.login("SCRAM-SHA-512", user, "erin-pw")
+        assert raw.metadata().brokers
+    described = admin.describe_user_scram_credentials([user])[user].result(timeout=20)
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_512, 8192)]
+    everyone = admin.describe_user_scram_credentials().result(timeout=20)
+    assert {user, "carol", "dave"} <= set(everyone)
+
+    too_few = [UserScramCredentialUpsertion(
+        "frank", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100), b"pw")]
+    with pytest.raises(KafkaException, match="(?i)iterations"):
+        admin.alter_user_scram_credentials(too_few)["frank"].result(timeout=20)
+    with pytest.raises(KafkaException):
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(timeout=20)
+    missing = [UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256)]
+    with pytest.raises(KafkaException, match="(?i)does not exist"):
+        admin.alter_user_scram_credentials(missing)["nobody"].result(timeout=20)
+
+    deletion = [UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)]
+    admin.alter_user_scram_credentials(deletion)[user].result(timeout=20)
+    with RawSasl(sasl_cluster) as raw, pytest.raises(SaslAuthenticationError):
+        raw.login("SCRAM-SHA-512", user, "erin-pw")

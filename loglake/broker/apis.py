@@ -50,6 +50,7 @@ from loglake.broker.handlers import (
     produce,
     reassignment,
     sasl,
+    scram_users,
     transactions,
     txn_markers,
 )
@@ -118,6 +119,9 @@ API_TABLE: dict[int, Api] = {
             reassignment.alter_partition_reassignments),
         Api(46, "ListPartitionReassignments", 0, 0, reassignment.list_partition_reassignments),
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+        Api(50, "DescribeUserScramCredentials", 0, 0,
+            scram_users.describe_user_scram_credentials),
+        Api(51, "AlterUserScramCredentials", 0, 0, scram_users.alter_user_scram_credentials),
         Api(60, "DescribeCluster", 0, 2, cluster_admin.describe_cluster),
         Api(65, "DescribeTransactions", 0, 0, transactions.describe_transactions),
         Api(66, "ListTransactions", 0, 1, transactions.list_transactions),
