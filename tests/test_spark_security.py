@@ -73,3 +73,27 @@ def test_read_without_security_options_names_the_listeners(spark: SparkSession,
     with pytest.raises(Exception, match=r"PLAINTEXT listener .*SASL_SSL"):
         (spark.read.format("loglake").option("zookeeper", secured.zookeeper_connect)
          .option("subscribe", topic).option("tierRead", "brokers").load().collect())
+
+
+def test_sql_cli_with_command_config(spark: SparkSession, secured: DevCluster,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``loglake sql --command-config FILE`` reads the hot tail over SASL_SSL."""
+    import argparse
+
+    from loglake.client import Producer, SecurityConfig
+    from loglake.streaming import sql_cli
+
+    topic = f"spark-sql-{uuid.uuid4().hex[:8]}"
+    secured.create_topic(topic, partitions=1)
+    properties = str(secured.client_properties)
+    producer = Producer(secured.bootstrap_servers, security=SecurityConfig.load(properties))
+    for index in range(7):
+        producer.send(topic, f"r{index}".encode())
+    producer.flush()
+    parser = argparse.ArgumentParser(prog="loglake")
+    sql_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["sql", f"SELECT count(*) AS n FROM {quote_identifier(topic)}",
+                              "--zookeeper", secured.zookeeper_connect, "--format", "json",
+                              "--command-config", properties])
+    assert args.handler(args) == 0
+    assert capsys.readouterr().out.strip() == '{"n": 7}'
