@@ -235,17 +235,11 @@ def test_dev_up_sasl_ssl_end_to_end(tmp_path: Path) -> None:
         topic = "secured-orders"
 
         ok(loglake("topics", "create", topic, "--partitions", "1", env=env))  # the profile's
-        assert settings["sasl.mechanism"] == "PLAIN"  # over TLS: any librdkafka (kcat's)
+        assert settings["sasl.mechanism"] == "SCRAM-SHA-512"
         producer = KafkaProducer({"bootstrap.servers": bootstrap, **settings})
-        for index in range(3):
+        for index in range(5):
             producer.produce(topic, f"ck-{index}".encode())
         assert producer.flush(30) == 0
-        # the same admin password logs in with SCRAM-SHA-512 too (librdkafka >= 2.6.1)
-        scram = KafkaProducer({"bootstrap.servers": bootstrap, **settings,
-                               "sasl.mechanism": "SCRAM-SHA-512"})
-        for index in range(3, 5):
-            scram.produce(topic, f"ck-{index}".encode())
-        assert scram.flush(30) == 0
 
         kcat = shutil.which("kcat")
         assert kcat is not None, "kcat is on the PATH"

@@ -7,9 +7,11 @@ working)::
     DIR/security/ca.pem, ca-key.pem, broker.pem, client.pem   see loglake.dev.certs
     DIR/security/admin.password        the admin user's password (0600; made once, random)
     DIR/security/client.properties     librdkafka form: for ``loglake --command-config``,
-                                       ``kcat -F`` and confluent-kafka (0600); PLAIN over TLS
+                                       ``kcat -F`` and confluent-kafka (0600)
     DIR/security/client-java.properties  Java form (sasl.jaas.config, PEM truststore): for
-                                       Kafka's own tools and Java clients (0600); SCRAM-SHA-512
+                                       Kafka's own tools and Java clients (0600)
+
+Both log in as the admin with SCRAM-SHA-512.
 
 The admin user ``admin`` gets SCRAM-SHA-256 and SCRAM-SHA-512 credentials in ZooKeeper
 (``/config/users/admin``, Kafka's stored form: salt, stored and server keys, 4096 iterations;
@@ -18,17 +20,10 @@ brokers log in to each other as that user (inter-broker listener SASL_SSL, SCRAM
 and it is the authorizer's super user. Every other principal starts with no rights (default
 deny): grant them with ``loglake acls add``.
 
-Why the librdkafka-form file says PLAIN: librdkafka before 2.6.1 (e.g. the kcat of Debian 12
-and Ubuntu 24.04, built on librdkafka 2.0.2) sends a wrong nonce in the SCRAM client-final
-message, which Kafka 4.0 refuses since the CVE-2024-56128 fix, and so does loglake. PLAIN over
-TLS (the admin only, ``user_admin`` in the listener's PLAIN JAAS entry) works with every
-librdkafka; with a recent one (confluent-kafka's wheels) set ``sasl.mechanism=SCRAM-SHA-512``
-in a copy of the file, the same password logs in.
-
 Broker settings (:func:`broker_overrides`): one ``SASL_SSL`` listener per broker on its port,
-also used between brokers; PEM keystore/truststore; SCRAM-SHA-256/512 and PLAIN; the ACL
-authorizer with ``super.users=User:admin``. ``server.properties`` then holds the admin password
-(inside the JAAS entries), as Kafka's does: ``dev up`` writes it with mode 0600.
+also used between brokers; PEM keystore/truststore; SCRAM-SHA-256/512; the ACL authorizer with
+``super.users=User:admin``. ``server.properties`` then holds the admin password (inside the
+JAAS entry of the broker's own login), as Kafka's does: ``dev up`` writes it with mode 0600.
 
 Blocking (file and ZooKeeper I/O); called by ``dev up`` only.
 """
@@ -51,11 +46,8 @@ CLIENT_PROPERTIES = "client.properties"
 JAVA_CLIENT_PROPERTIES = "client-java.properties"
 BROKER_MECHANISM = "SCRAM-SHA-512"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-ENABLED_MECHANISMS = (*SCRAM_MECHANISMS, "PLAIN")
-LIBRDKAFKA_FILE_MECHANISM = "PLAIN"
 LISTENER = "SASL_SSL"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
-PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 
 
 @dataclass(frozen=True)
@@ -101,12 +93,10 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _jaas(user: str, password: str, *, module: str = SCRAM_LOGIN_MODULE,
-          users: dict[str, str] | None = None) -> str:
-    """One JAAS entry; ``users``: PLAIN's server-side ``user_<name>`` options."""
-    options = [f"username={_quoted(user)}", f"password={_quoted(password)}"]
-    options += [f"user_{name}={_quoted(secret)}" for name, secret in (users or {}).items()]
-    return f"{module} required {' '.join(options)};"
+def _jaas(user: str, password: str) -> str:
+    """The SCRAM login JAAS entry of ``user``."""
+    return (f"{SCRAM_LOGIN_MODULE} required username={_quoted(user)} "
+            f"password={_quoted(password)};")
 
 
 def client_properties(setup: SecuredSetup) -> str:
@@ -114,10 +104,8 @@ def client_properties(setup: SecuredSetup) -> str:
     return "\n".join([
         "# Written by `loglake dev up --security sasl_ssl`: the admin user of this cluster.",
         "# Use with: loglake ... --command-config THIS_FILE, kcat -F THIS_FILE",
-        "# PLAIN over TLS works with every librdkafka; with librdkafka >= 2.6.1 SCRAM-SHA-512",
-        "# works too (older ones send a SCRAM nonce that Kafka 4.0 and loglake refuse).",
         "security.protocol=SASL_SSL",
-        f"sasl.mechanism={LIBRDKAFKA_FILE_MECHANISM}",
+        f"sasl.mechanism={BROKER_MECHANISM}",
         f"sasl.username={setup.admin_user}",
         f"sasl.password={setup.admin_password}",
         f"ssl.ca.location={setup.ca}",
@@ -144,13 +132,10 @@ def broker_overrides(setup: SecuredSetup) -> dict[str, str]:
     return {
         "listeners": f"{LISTENER}://127.0.0.1:{{port}}",
         "inter.broker.listener.name": LISTENER,
-        "sasl.enabled.mechanisms": ",".join(ENABLED_MECHANISMS),
+        "sasl.enabled.mechanisms": ",".join(SCRAM_MECHANISMS),
         "sasl.mechanism.inter.broker.protocol": BROKER_MECHANISM,
         f"listener.name.{listener}.{BROKER_MECHANISM.lower()}.sasl.jaas.config":
             _jaas(setup.admin_user, setup.admin_password),
-        f"listener.name.{listener}.plain.sasl.jaas.config":
-            _jaas(setup.admin_user, setup.admin_password, module=PLAIN_LOGIN_MODULE,
-                  users={setup.admin_user: setup.admin_password}),
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(setup.certificates.broker),
         "ssl.truststore.type": "PEM",
