@@ -439,15 +439,49 @@ def test_scram_credentials_api_with_confluent_kafka(sasl_cluster: DevCluster) ->
 
     too_few = [UserScramCredentialUpsertion(
         "frank", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100), b"pw")]
-    with pytest.raises(KafkaException, match="(?i)iterations"):
+    with pytest.raises(KafkaException, match=r"(?i)iterations"):
         admin.alter_user_scram_credentials(too_few)["frank"].result(timeout=20)
     with pytest.raises(KafkaException):
         admin.describe_user_scram_credentials(["nobody"])["nobody"].result(timeout=20)
     missing = [UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_256)]
-    with pytest.raises(KafkaException, match="(?i)does not exist"):
+    with pytest.raises(KafkaException, match=r"(?i)does not exist"):
         admin.alter_user_scram_credentials(missing)["nobody"].result(timeout=20)
 
     deletion = [UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)]
     admin.alter_user_scram_credentials(deletion)[user].result(timeout=20)
     with RawSasl(sasl_cluster) as raw, pytest.raises(SaslAuthenticationError):
         raw.login("SCRAM-SHA-512", user, "erin-pw")
+
+
+# ------------------------------------------------------------------------- loglake users
+
+def _users_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "loglake", "users", *args], input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("where", ["bootstrap", "zookeeper"])
+def test_users_cli(sasl_cluster: DevCluster, where: str) -> None:
+    target = (["--bootstrap-server", sasl_cluster.bootstrap_servers] if where == "bootstrap"
+              else ["--zookeeper", sasl_cluster.zookeeper_connect])
+    user = f"gina-{where}"
+    created = _users_cli("create", user, "--mechanism", "SCRAM-SHA-256", "--iterations", "4096",
+                         *target, stdin="gina-pw\n")
+    assert created.returncode == 0, created.stderr
+    with RawSasl(sasl_cluster) as raw:
+        raw.login("SCRAM-SHA-256", user, "gina-pw")
+    listed = _users_cli("list", *target)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split("\t") == ["User", "Mechanism", "Iterations"]
+    assert f"{user}\tSCRAM-SHA-256\t4096" in lines and "gina-pw" not in listed.stdout
+    deleted = _users_cli("delete", user, *target)
+    assert deleted.returncode == 0, deleted.stderr
+    with RawSasl(sasl_cluster) as raw, pytest.raises(SaslAuthenticationError):
+        raw.login("SCRAM-SHA-256", user, "gina-pw")
+    again = _users_cli("delete", user, *target)
+    assert again.returncode == 1 and "no SCRAM credentials" in again.stderr
+    bad = _users_cli("create", "x", "--iterations", "10", "--password", "p", *target)
+    assert bad.returncode == 1 and "iterations" in bad.stderr
