@@ -485,3 +485,72 @@ def test_users_cli(sasl_cluster: DevCluster, where: str) -> None:
     assert again.returncode == 1 and "no SCRAM credentials" in again.stderr
     bad = _users_cli("create", "x", "--iterations", "10", "--password", "p", *target)
     assert bad.returncode == 1 and "iterations" in bad.stderr
+
+
+# ------------------------------------------------------------------------------- SASL_SSL
+
+@pytest.fixture(scope="module")
+def sasl_ssl_cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
+                     ) -> Iterator[DevCluster]:
+    """Two brokers with SASL_SSL listeners only (also between brokers: SCRAM-SHA-512 as the
+    admin), the ACL authorizer with the admin as super user: `dev up --security sasl_ssl`."""
+    data = tmp_path_factory.mktemp("sasl-ssl")
+    with DevCluster(data / "dev", brokers=2, zookeeper=zookeeper_hosts,
+                    security="sasl_ssl") as dev:
+        yield dev
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_sasl_ssl_real_clients(sasl_ssl_cluster: DevCluster, mechanism: str,
+                               tmp_path: Path) -> None:
+    """confluent-kafka, kafka-python and kcat over SASL_SSL (TLS verified against the dev CA)
+    with SCRAM, a topic replicated across both brokers (replication over SASL_SSL too)."""
+    from confluent_kafka import Consumer, Producer
+    from kafka import KafkaConsumer
+
+    dev = sasl_ssl_cluster
+    config = {**dev.client_config(), "sasl.mechanism": mechanism}
+    topic = f"ssl-{mechanism.lower()}-{uuid.uuid4().hex[:6]}"
+    dev.create_topic(topic, partitions=1, replication_factor=2)
+    producer = Producer(config)
+    for i in range(5):
+        producer.produce(topic, value=f"s{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({**config, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < 5 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+    finally:
+        consumer.close()
+    assert got == [f"s{i}".encode() for i in range(5)]
+
+    python_consumer = KafkaConsumer(
+        topic, bootstrap_servers=dev.bootstrap_servers, security_protocol="SASL_SSL",
+        ssl_cafile=str(config["ssl.ca.location"]), sasl_mechanism=mechanism,
+        sasl_plain_username=str(config["sasl.username"]),
+        sasl_plain_password=str(config["sasl.password"]), auto_offset_reset="earliest",
+        consumer_timeout_ms=10000)
+    try:
+        python_got = [r.value for _, r in zip(range(5), python_consumer, strict=False)]
+    finally:
+        python_consumer.close()
+    assert python_got == got
+
+    if shutil.which("kcat") is not None:
+        conf = tmp_path / "kcat.conf"
+        conf.write_text("".join(f"{key}={value}\n" for key, value in config.items()
+                                if key != "bootstrap.servers"))
+        out = subprocess.run(["kcat", "-b", dev.bootstrap_servers, "-F", str(conf), "-t", topic,
+                              "-C", "-o", "beginning", "-e", "-c", "5"], capture_output=True,
+                             timeout=60, check=True)
+        assert out.stdout.split() == got
+
+    # plaintext to a TLS port: the TLS handshake fails, the broker closes
+    with WireClient.connect(dev.bootstrap_servers) as plain, pytest.raises(OSError):
+        plain.request(18, 3, {"client_software_name": "t", "client_software_version": "1"})
