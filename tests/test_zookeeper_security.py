@@ -12,6 +12,9 @@ credentials from the environment; a wrong password is refused at once with a typ
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -247,6 +250,33 @@ def test_tools_take_credentials_from_the_environment(
         assert json.loads(reader.get(path)[0])["operation"] == "OPTIMIZE"
         assert _world_perms(reader, path) == Permissions.READ  # the tool set the ACL
         assert _refused(lambda: reader.set(path, b"{}"))
+    finally:
+        reader.stop()
+        reader.close()
+
+
+def test_cli_over_zookeeper_needs_the_credentials(secure_cluster: DevCluster) -> None:
+    """``loglake acls add --zookeeper`` (kafka-acls --authorizer-properties zookeeper.connect=..
+    in Kafka): refused without credentials, done with them in the environment."""
+    dev = secure_cluster
+    topic = f"zksec-{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, "-m", "loglake", "acls", "add", "--zookeeper",
+               dev.zookeeper_connect, "--allow-principal", "User:alice", "--operation", "Read",
+               "--topic", topic]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOGLAKE_ZOOKEEPER_SASL")}
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
+                             check=False)
+    assert refused.returncode != 0
+    assert "NoAuth" in refused.stderr + refused.stdout
+    env.update({ENV_USERNAME: CLUSTER_USER, ENV_PASSWORD: CLUSTER_PASSWORD})
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    reader = _kazoo(dev.zookeeper_hosts)
+    try:
+        path = f"{dev.chroot}/kafka-acl/Topic/{topic}"
+        assert b"User:alice" in reader.get(path)[0]
+        assert _world_perms(reader, path) == Permissions.READ
     finally:
         reader.stop()
         reader.close()
