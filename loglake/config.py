@@ -490,6 +490,13 @@ def _super_users(text: str) -> str:
     return text.strip()
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{value} is below the minimum 1")
+    return value
+
+
 def _dynamic(name: str) -> Callable[[str], Any]:
     return DYNAMIC_BROKER_CONFIG_KEYS[name].parse
 
@@ -712,6 +719,14 @@ class BrokerConfig:
         "connections.max.reauth.ms", "KIP-368: when positive, SASL sessions last at most this "
         "long; clients re-authenticate on the connection before (0: sessions never expire).",
         int, 0)
+    # ---- client quotas (broker/quotas/): the quotas themselves are entity configs
+    # (/config/users, /config/clients), these shape how rates are measured
+    quota_window_num: int = _setting(
+        "quota.window.num", "Samples a client quota rate keeps (Kafka's default 11: the "
+        "rate is measured over the last 10-11 windows).", _at_least_one, 11)
+    quota_window_size_seconds: int = _setting(
+        "quota.window.size.seconds", "Seconds one client quota sample spans; also the "
+        "longest request-percentage throttle.", _at_least_one, 1)
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
     listener_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Every ``listener.name.<listener>.<key>`` property, raw (see LISTENER_PREFIX)."""

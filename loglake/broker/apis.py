@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from loglake.broker.handlers import (
     acls,
     admin,
+    client_quotas,
     cluster_admin,
     describe_producers,
     fetch,
@@ -119,6 +120,8 @@ API_TABLE: dict[int, Api] = {
             reassignment.alter_partition_reassignments),
         Api(46, "ListPartitionReassignments", 0, 0, reassignment.list_partition_reassignments),
         Api(47, "OffsetDelete", 0, 0, groups.offset_delete),
+        Api(48, "DescribeClientQuotas", 0, 1, client_quotas.describe_client_quotas),
+        Api(49, "AlterClientQuotas", 0, 1, client_quotas.alter_client_quotas),
         Api(50, "DescribeUserScramCredentials", 0, 0,
             scram_users.describe_user_scram_credentials),
         Api(51, "AlterUserScramCredentials", 0, 0, scram_users.alter_user_scram_credentials),

@@ -11,6 +11,7 @@ Layers (Kafka's broker, in the same order; each part gets only what it uses)::
     IsrManager (isr_manager.py)         ISR shrink/expand of led partitions
     TopicSync (topic_sync.py)           ZooKeeper watches -> MetadataCache, what to host
     DynamicBrokerConfig (dynamic_config.py)  /config/brokers -> replication throttle rates
+    QuotaConfigSync (quotas/config_sync.py)  /config/users, /config/clients -> client quotas
     Controller (controller.py), GroupCoordinator (groups/), Tierer (tiering.py)
     TransactionCoordinator (transactions/)  transactional ids, markers to partition leaders
     MetadataCache (metadata_cache.py)   topics, partition states, brokers
@@ -71,6 +72,8 @@ from loglake.broker.log_manager import LogManager
 from loglake.broker.metadata_cache import MetadataCache
 from loglake.broker.partition import Role
 from loglake.broker.producer_ids import ProducerIds
+from loglake.broker.quotas.config_sync import QuotaConfigSync
+from loglake.broker.quotas.manager import ClientQuotas
 from loglake.broker.replica_manager import ReplicaManager
 from loglake.broker.replica_states import ReplicaStates
 from loglake.broker.replication_quota import ReplicationQuotas
@@ -162,12 +165,16 @@ class Broker:
             acl_authorizer = AclAuthorizer.from_config(config)
             self.authorizer = acl_authorizer
             self.acl_sync = AclSync(self.zk, acl_authorizer, stopping=self._is_stopping)
+        self.quotas = ClientQuotas(samples=config.quota_window_num,
+                                   window_s=config.quota_window_size_seconds)
+        self.quota_sync = QuotaConfigSync(self.zk, self.quotas, stopping=self._is_stopping)
         self.services = BrokerServices(
             config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,
             groups=self.groups, controller=self.controller, tierer=self.tierer,
             replication_quotas=self.replication_quotas, producer_ids=self.producer_ids,
             topic_admin=self.topic_sync, broker_configs=self.broker_configs,
-            transactions=self.transactions, clock=clock, authorizer=self.authorizer)
+            transactions=self.transactions, clock=clock, authorizer=self.authorizer,
+            quotas=self.quotas)
         self._tasks: list[asyncio.Future[Any]] = []
         self._running = False  # start() finished
         self._rejoin: asyncio.Future[None] | None = None
@@ -198,6 +205,8 @@ class Broker:
         if self.acl_sync is not None:  # decisions need the ACLs before anyone can ask
             await self.acl_sync.start()
             self._tasks.append(asyncio.create_task(self.acl_sync.run()))
+        await self.quota_sync.start()  # client quotas apply from the first request
+        self._tasks.append(asyncio.create_task(self.quota_sync.run()))
         await self.zk.call(self._register)
         self.zk.renew_lease()
         await self.topic_sync.watch_cluster()

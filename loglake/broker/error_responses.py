@@ -208,6 +208,19 @@ def _top_level(request: Any, version: int, error: ErrorCode, message: str) -> di
     return {"error_code": error, "error_message": message}
 
 
+def _describe_client_quotas(request: Any, version: int, error: ErrorCode,
+                            message: str) -> dict[str, Any]:
+    return {"error_code": error, "error_message": message, "entries": None}
+
+
+def _alter_client_quotas(request: Any, version: int, error: ErrorCode,
+                         message: str) -> dict[str, Any]:
+    return {"entries": [
+        {"error_code": error, "error_message": message, "entity": [
+            {"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]}
+        for entry in request.entries]}
+
+
 ERROR_BODIES: dict[int, ErrorBody] = {
     0: _produce,
     1: _fetch,
@@ -239,6 +252,8 @@ ERROR_BODIES: dict[int, ErrorBody] = {
     45: _alter_partition_reassignments,
     46: _top_level,  # ListPartitionReassignments
     47: _offset_delete,
+    48: _describe_client_quotas,
+    49: _alter_client_quotas,
     60: _top_level,  # DescribeCluster
     61: _describe_producers,
     66: _top_level,  # ListTransactions

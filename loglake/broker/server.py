@@ -76,6 +76,7 @@ from loglake.broker.codec import (
 )
 from loglake.broker.error_responses import error_body
 from loglake.broker.handlers.metadata import api_versions_response
+from loglake.broker.quotas.enforcement import handle_with_quotas, wait_if_muted
 from loglake.broker.request_memory import (
     FRAME_CHUNK,
     Holder,
@@ -207,6 +208,8 @@ class KafkaServer:
             if response is not None:
                 writer.write(response)
                 await writer.drain()
+            if session.muted_until:  # a client quota throttle (KIP-219): mute after the answer
+                await wait_if_muted(session)
 
     async def _read_frame(self, reader: asyncio.StreamReader, holder: Holder,
                           size: int) -> FrameBytes:
@@ -246,7 +249,11 @@ class KafkaServer:
         if session is not None:
             frame = dataclasses.replace(frame, session=session)
         try:
-            body = await api.handler(self.services, frame)
+            if self.services.quotas.enabled:
+                body = await handle_with_quotas(self.services.quotas, api.handler,
+                                                self.services, frame, len(data))
+            else:
+                body = await api.handler(self.services, frame)
         except FrameError:
             raise
         except Exception as exc:

@@ -21,6 +21,7 @@ decode a request, call the part that owns the answer, and encode the response. T
                           dynamic_config.py)
 ``authorizer``            may a request's session do an operation on a resource
                           (security/authorizer.py; allow-all without ``authorizer.class.name``)
+``quotas``                client quotas (quotas/manager.py; never enabled by default)
 ========================  ==================================================================
 
 Built once by the broker at construction; every field is the long-lived part itself, so a
@@ -34,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from loglake.broker.quotas.manager import ClientQuotas, disabled_quotas
 from loglake.broker.security.authorizer import AllowAllAuthorizer, Authorizer
 
 if TYPE_CHECKING:
@@ -91,3 +93,4 @@ class BrokerServices:
     transactions: TransactionCoordinator
     clock: Callable[[], float] = field(default=time.time)
     authorizer: Authorizer = field(default_factory=AllowAllAuthorizer)
+    quotas: ClientQuotas = field(default_factory=disabled_quotas)

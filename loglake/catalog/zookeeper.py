@@ -128,6 +128,7 @@ from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
 
 if TYPE_CHECKING:
     from loglake.catalog.acls import AclStore
+    from loglake.catalog.config_changes import ConfigChanges
     from loglake.catalog.entity_configs import EntityConfigStore
     from loglake.catalog.transactions import TransactionStore
 
@@ -1124,6 +1125,13 @@ class ClusterCatalog:
         Blocking calls: use them off the event loop."""
         from loglake.catalog.entity_configs import EntityConfigStore
         return EntityConfigStore(self.zk)
+
+    def config_changes(self) -> ConfigChanges:
+        """``/config/changes`` notifications and full loads of user/client entity configs
+        (client quotas): catalog/config_changes.py. Blocking calls: use them off the event
+        loop."""
+        from loglake.catalog.config_changes import ConfigChanges
+        return ConfigChanges(self.zk)
 
     def acls(self) -> AclStore:
         """Kafka's ACLs (``/kafka-acl``, ``/kafka-acl-extended``, change notifications):

@@ -56,6 +56,10 @@ class Session:
     """Closes this connection's transport at once (set by broker/server.py when the connection
     is accepted; None for internal sessions). For timers that end a connection from outside
     its request loop (the SASL authentication time limit); safe to call more than once."""
+    muted_until: float = field(default=0.0, repr=False, compare=False)
+    """Monotonic time before which the connection's next request is not read (a client quota
+    throttle, KIP-219: broker/quotas/enforcement.py sets it, broker/server.py waits it out
+    after writing the response); 0: not muted."""
 
     @classmethod
     def for_listener(cls, listener: str, security_protocol: str, client_host: str) -> Session:
