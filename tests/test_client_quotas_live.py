@@ -297,3 +297,26 @@ def test_client_quota_apis(dev: DevCluster) -> None:
     _alter(dev, entity, [("producer_byte_rate", None), ("request_percentage", None)])
     wait_until(lambda: _describe(dev, [("user", 0, "carol")]).entries == (), timeout=10,
                message="quota removed")
+
+
+def test_quotas_cli(dev: DevCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from loglake.cli import main
+
+    server = ["--bootstrap-server", dev.bootstrap_servers]
+    assert main(["quotas", "alter", *server, "--user", "dave", "--client-id", "etl",
+                 "--add-config", "consumer_byte_rate=4096,request_percentage=25"]) == 0
+    assert "Completed updating quota configs for user-principal 'dave', client-id 'etl'" in (
+        capsys.readouterr().out)
+    assert main(["quotas", "describe", *server, "--user", "dave", "--client-id", "etl"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "Quota configs for user-principal 'dave', client-id 'etl' are "
+        "consumer_byte_rate=4096.0, request_percentage=25.0")
+    assert main(["quotas", "alter", *server, "--client-default",
+                 "--add-config", "producer_byte_rate=1.5"]) == 1
+    assert "cannot be a fractional value" in capsys.readouterr().err
+    assert main(["quotas", "alter", *server, "--user", "dave", "--client-id", "etl",
+                 "--delete-config", "consumer_byte_rate,request_percentage"]) == 0
+    capsys.readouterr()
+    assert main(["quotas", "describe", *server, "--user", "dave", "--client-id", "etl",
+                 "--format", "json"]) == 0
+    assert capsys.readouterr().out.strip() == "[]"

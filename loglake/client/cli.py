@@ -66,7 +66,14 @@ from typing import IO, Any
 from kio.schema.errors import ErrorCode
 
 from loglake import addresses
-from loglake.client import acls_cli, groups_cli, reassign_cli, security, transactions_cli
+from loglake.client import (
+    acls_cli,
+    groups_cli,
+    quotas_cli,
+    reassign_cli,
+    security,
+    transactions_cli,
+)
 from loglake.client.admin import Admin
 from loglake.client.consumer import Consumer
 from loglake.client.errors import BrokerError, ClientError
@@ -105,6 +112,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     groups_cli.register(subparsers, common)
     transactions_cli.register(subparsers, common)
     acls_cli.register(subparsers, common)
+    quotas_cli.register(subparsers, common)
     _register_produce(subparsers, common)
     _register_consume(subparsers, common)
 
