@@ -74,6 +74,23 @@ def test_only_the_zookeeper_layer_and_dev_clusters_import_kazoo() -> None:
         assert _offenders(package, "kazoo") == [], package
 
 
+PURE_SECURITY_MODULES = ("principal", "acl_model", "scram_credentials")
+
+
+def test_tools_import_only_the_pure_security_modules() -> None:
+    """The SDK, the CLI, the Spark side and the jobs may use the broker's pure security
+    modules (principals, the ACL model, SCRAM credential forms), never its listeners, TLS
+    contexts, SASL server or authorizer; client settings live in client/security.py."""
+    for package in ("client", "streaming", "compaction"):
+        hits = [hit for hit in _offenders(package, "loglake.broker.security")
+                if any(name not in {f"loglake.broker.security.{m}" for m in
+                                    PURE_SECURITY_MODULES}
+                       and not any(name.startswith(f"loglake.broker.security.{m}.")
+                                   for m in PURE_SECURITY_MODULES)
+                       for name in hit.split(": ", 1)[1].split(", "))]
+        assert hits == [], package
+
+
 def test_segments_import_no_broker_catalog_or_spark_side() -> None:
     """The log and the tier formats depend on nothing above them."""
     for upper in ("loglake.broker", "loglake.catalog", "loglake.streaming",
