@@ -246,7 +246,7 @@ def test_spark_kafka_options_carry_the_security_settings(tmp_path: Path) -> None
     assert "ice-secret" not in repr(options)
     assert parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"},
                          "batch").security == SecurityConfig()
-    with pytest.raises(SourceOptionError, match="kafka.* security options: .*mechanism"):
+    with pytest.raises(SourceOptionError, match=r"kafka.\* security options: .*mechanism"):
         parse_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
                        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.username": "u",
                        "kafka.sasl.password": "p"}, "write")
