@@ -162,6 +162,12 @@ def test_other_users_are_denied_until_granted(secured: DevCluster) -> None:
     with pytest.raises(BrokerError) as denied:
         producer.send(topic, b"x").result(30)
     assert denied.value.code == ErrorCode.topic_authorization_failed
+    with Consumer(secured.bootstrap_servers, security=bob, group_id="bob-group",
+                  request_timeout_s=20) as consumer:
+        consumer.subscribe([topic])
+        with pytest.raises(BrokerError, match="consume as group 'bob-group'") as no_group:
+            list(consumer.consume(1, timeout=20))
+    assert no_group.value.code == ErrorCode.group_authorization_failed
     allow(secured, "Topic", topic, "User:bob", "Write")
     allow(secured, "Topic", topic, "User:bob", "Describe")
 

@@ -634,9 +634,10 @@ class Consumer:
     def _record(self, message: Message) -> Record | None:
         error = message.error()
         if error is not None:
-            mapped = from_kafka_error(
-                error, f"consume {message.topic()}[{message.partition()}]"
-            )
+            where = (f"consume {message.topic()}[{message.partition()}]"
+                     if message.topic() is not None else
+                     "consume" if self.group_id is None else f"consume as group {self.group_id!r}")
+            mapped = from_kafka_error(error, where)
             # Kafka flags UNKNOWN_TOPIC_OR_PARTITION retriable (metadata may lag a creation),
             # but a consumer is told at once that what it asked for does not exist (as before
             # the flag decided: see the module docstring)
