@@ -36,7 +36,7 @@ KAFKA_4_0 = {
     47: (0, 0), 60: (0, 2), 28: (0, 5), 27: (1, 1), 61: (0, 0),
     24: (0, 5), 25: (0, 4), 26: (0, 5), 65: (0, 0), 66: (0, 1),
     17: (0, 1), 36: (0, 2), 50: (0, 0), 51: (0, 0),
-    29: (1, 3), 30: (1, 3), 31: (1, 3),
+    29: (1, 3), 30: (1, 3), 31: (1, 3), 48: (0, 1), 49: (0, 1),
 }
 """``validVersions`` of Kafka 4.0.0's request schemas (clients/src/main/resources/common/
 message/*Request.json in the kafka-clients 4.0.0 jar), for the APIs this broker may serve."""
