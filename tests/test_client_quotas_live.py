@@ -293,6 +293,18 @@ def test_client_quota_apis(dev: DevCluster) -> None:
     assert bad.entries[0].error_message == "Invalid configuration key bogus"
     bad = _describe(dev, [("group", 2, None)])
     assert bad.error_code == ErrorCode.unsupported_version and bad.entries is None
+    # written straight into ZooKeeper (as kafka-configs --zookeeper): the broker follows the
+    # change notification
+    zk = KazooClient(hosts=dev.zookeeper_connect, timeout=10)
+    zk.start(timeout=10)
+    try:
+        EntityConfigStore(zk).alter("clients/zk-written", {"consumer_byte_rate": "777"})
+    finally:
+        zk.stop()
+        zk.close()
+    seen = wait_until(lambda: _describe(dev, [("client-id", 0, "zk-written")]).entries,
+                      timeout=10, message="the broker sees a quota written to ZooKeeper")
+    assert {v.key: v.value for v in seen[0].values} == {"consumer_byte_rate": 777.0}
     # removal
     _alter(dev, entity, [("producer_byte_rate", None), ("request_percentage", None)])
     wait_until(lambda: _describe(dev, [("user", 0, "carol")]).entries == (), timeout=10,
