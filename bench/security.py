@@ -22,7 +22,9 @@ runs so neither side always goes first on a warmer broker):
    offset; lines counted, last offset checked; timed from starting kcat to its exit;
 4. broker CPU seconds (utime + stime from /proc) around each phase.
 
-Results: medians over the runs per protocol and phase, the SASL_SSL / PLAINTEXT ratios, as
+Results: medians over the runs per protocol and phase, the SASL_SSL / PLAINTEXT ratios (of the
+medians, and the median of each run's own ratio: both protocols of a run ran back to back, so
+that one is less sensitive to load that changes between runs), as
 tables on stdout (progress on stderr) and as JSON in ``bench/results/security-<UTC time>.json``.
 Everything runs on loopback; every phase is bounded by ``--phase-timeout``.
 """
@@ -289,13 +291,19 @@ def report(config: BenchConfig, runs: list[dict[str, ProtocolRun]], started: dat
                      f"{summary.mb_per_s:,.1f}", "-" if cpu is None else f"{cpu:.2f}",
                      ", ".join(f"{value:,.0f}" for value in summary.all_records_per_s)])
     cpus = os.cpu_count()
+    load = os.getloadavg()
     print(f"\nloglake over SASL_SSL ({MECHANISM}) vs PLAINTEXT, one broker, "
           f"{config.records:,} records of {config.record_size} B, median of {config.runs} "
-          f"runs ({cpus} CPUs)\n")
+          f"runs ({cpus} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}: "
+          "other processes on the machine show up as run-to-run spread)\n")
     print(format_table(["phase", "protocol", "records/s", "MB/s", "broker CPU s / M records",
                         "each run (records/s)"], rows))
     ratios = {phase: summaries[("SASL_SSL", phase)].records_per_s
               / summaries[("PLAINTEXT", phase)].records_per_s for phase in ("produce", "consume")}
+    paired = {phase: statistics.median(
+        getattr(run["SASL_SSL"], phase).records_per_s
+        / getattr(run["PLAINTEXT"], phase).records_per_s for run in runs)
+        for phase in ("produce", "consume")}
     cpu_ratios = {}
     for phase in ("produce", "consume"):
         secure = summaries[("SASL_SSL", phase)].cpu_s_per_million
@@ -303,8 +311,9 @@ def report(config: BenchConfig, runs: list[dict[str, ProtocolRun]], started: dat
         cpu_ratios[phase] = secure / plain if secure and plain else None
     print()
     print(format_table(
-        ["phase", "SASL_SSL / PLAINTEXT (records/s)", "SASL_SSL / PLAINTEXT (broker CPU)"],
-        [[phase, f"{ratios[phase]:.2f}x",
+        ["phase", "SASL_SSL / PLAINTEXT (records/s, of medians)",
+         "median of per-run ratios", "SASL_SSL / PLAINTEXT (broker CPU per record)"],
+        [[phase, f"{ratios[phase]:.2f}x", f"{paired[phase]:.2f}x",
           "-" if cpu_ratios[phase] is None else f"{cpu_ratios[phase]:.2f}x"]
          for phase in ("produce", "consume")]))
     print()
@@ -315,11 +324,13 @@ def report(config: BenchConfig, runs: list[dict[str, ProtocolRun]], started: dat
         "started": started.isoformat(),
         "config": {key: str(value) if isinstance(value, Path) else value
                    for key, value in asdict(config).items()},
-        "machine": {"cpus": cpus, "librdkafka": confluent_kafka.libversion()[0]},
+        "machine": {"cpus": cpus, "load_average": load,
+                    "librdkafka": confluent_kafka.libversion()[0]},
         "mechanism": MECHANISM,
         "medians": {f"{protocol}_{phase}": asdict(summary)
                     for (protocol, phase), summary in summaries.items()},
         "ratios_records_per_s": ratios,
+        "ratios_records_per_s_paired_median": paired,
         "ratios_broker_cpu": cpu_ratios,
         "connect_ms_median": connect_ms,
         "connect_ms_min": connect_min_ms,
