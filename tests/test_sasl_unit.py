@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 import scramp
@@ -302,3 +303,71 @@ def test_scram_accepts_librdkafka_2_0_repeated_client_nonce() -> None:
                                   "cnonce123" + "someone-elses-nonce")
     with pytest.raises(SaslFailure, match="nonce"):
         other.client_final(forged.encode())
+
+
+# ------------------------------------------------------------- SCRAM message grammar (Kafka's)
+
+@pytest.mark.parametrize("first", [
+    b"y,,n=carol,r=abc",                  # channel binding "y": refused as Kafka does
+    b"p=tls-unique,,n=carol,r=abc",       # channel binding requested
+    b"n,,r=abc,n=carol",                  # attributes out of order
+    b"n,,n=carol",                        # no nonce
+    b"n,,n=,r=abc",                       # empty user
+    b"n,,n=car=ol,r=abc",                 # a bare "=" in the name
+    b"n,,n=carol,r=a,b",                  # "b" is not an extension (no "=")
+    b"n,,n=carol,r=abc,1x=y",             # extension names are letters
+    b"n,,n=carol,r=abc,tokenauth=true",   # delegation tokens are not issued
+    b"n,,n=carol,r=ab\x7f",               # nonce not printable
+    b"n,n=carol,r=abc",                   # no authzid field
+    b"\xff\xfe",
+])
+def test_scram_client_first_grammar_refusals(first: bytes) -> None:
+    exchange = ScramExchange("SCRAM-SHA-256")
+    with pytest.raises(SaslFailure) as info:
+        exchange.client_first(first)
+    assert not info.value.public  # the client is told only "invalid credentials"
+    with pytest.raises(IllegalSaslState):  # a failure ends the exchange
+        exchange.client_first(b"n,,n=carol,r=abc")
+
+
+def test_scram_client_first_extensions_and_reserved_are_read() -> None:
+    assert ScramExchange("SCRAM-SHA-256").client_first(b"n,,n=carol,r=abc,foo=bar") == "carol"
+    assert ScramExchange("SCRAM-SHA-256").client_first(b"n,,m=x,n=carol,r=abc") == "carol"
+    assert ScramExchange("SCRAM-SHA-256").client_first(b"n,a=carol,n=carol,r=abc") == "carol"
+    with pytest.raises(SaslFailure) as info:
+        ScramExchange("SCRAM-SHA-256").client_first(b"n,a=admin,n=carol,r=abc")
+    assert info.value.public  # Kafka's SaslAuthenticationException: its text is sent
+
+
+def _server_first_for(password: str) -> tuple[ScramExchange, str]:
+    credential = parse_credential(make_credential("SCRAM-SHA-256", password))
+    exchange = ScramExchange("SCRAM-SHA-256")
+    exchange.client_first(b"n,,n=carol,r=cnonce")
+    return exchange, exchange.server_first(credential).decode()
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda f: f.replace("c=biws", "c=eSws"),        # channel binding "y,," after "n,,"
+    lambda f: f.replace("c=biws", "c=bi!s"),        # bad base64
+    lambda f: f.replace(",p=", ",p=!"),             # bad proof base64
+    lambda f: f.rsplit(",p=", 1)[0],                # no proof
+    lambda f: f[:-6] + "AAAA==",                    # tampered proof
+    lambda f: f.replace(",p=", ",x,p="),            # an attribute that is no extension
+    lambda f: "r=" + f.split("r=", 1)[1],           # no channel binding attribute
+])
+def test_scram_client_final_refusals(mutate: Any) -> None:
+    exchange, server_first = _server_first_for("pw")
+    nonce = server_first.split(",")[0][2:]
+    final = _manual_client_final("SCRAM-SHA-256", "pw", "n=carol,r=cnonce", server_first, nonce)
+    assert mutate(final) != final
+    with pytest.raises(SaslFailure) as info:
+        exchange.client_final(mutate(final).encode())
+    assert not info.value.public and not exchange.complete
+
+
+def test_scram_client_final_extensions_are_signed() -> None:
+    exchange, server_first = _server_first_for("pw")
+    nonce = server_first.split(",")[0][2:]
+    final = _manual_client_final("SCRAM-SHA-256", "pw", "n=carol,r=cnonce", server_first,
+                                 nonce + ",ext=1")  # an extension inside without-proof
+    assert exchange.client_final(final.encode()).startswith(b"v=")

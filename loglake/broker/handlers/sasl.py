@@ -141,8 +141,13 @@ async def sasl_authenticate(services: BrokerServices, frame: RequestFrame) -> An
         sasl_gate.fail(session, str(exc))
         return _authenticate_response(version, ErrorCode.illegal_sasl_state, str(exc))
     except SaslFailure as exc:
+        # Kafka's SaslServerAuthenticator: a mechanism's own refusal text is sent as is, a
+        # SaslException's (malformed message, unknown user, bad proof) never is
+        message = (str(exc) if exc.public else f"Authentication failed during {what} due to "
+                   f"invalid credentials with SASL mechanism {exchange.mechanism}")
+        log.debug("SASL %s from %s failed: %s", what, session.client_host, exc)
         return await _failed(session, state.settings.failed_authentication_delay_s, version,
-                             f"{exc} (during {what} with SASL mechanism {exchange.mechanism})")
+                             message)
     except LoglakeError as exc:  # ZooKeeper unreachable: the credential could not be read
         log.warning("SASL %s of %s failed: %s", what, session.client_host, exc)
         sasl_gate.fail(session, "credentials unavailable")

@@ -24,6 +24,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import secrets
 
 from loglake.broker.security.scram_credentials import (
@@ -36,7 +37,16 @@ PLAIN = "PLAIN"
 
 
 class SaslFailure(Exception):
-    """The client failed to authenticate (the message may be sent to it)."""
+    """The client failed to authenticate.
+
+    ``public``: the message may be sent to the client as it is (Kafka's
+    ``SaslAuthenticationException``); otherwise the client is told only that its credentials
+    were invalid (Kafka's ``SaslException``, whose text ``SaslServerAuthenticator`` never
+    sends: it could say whether the user exists or echo the client's message)."""
+
+    def __init__(self, message: str, *, public: bool = True) -> None:
+        super().__init__(message)
+        self.public = public
 
 
 class IllegalSaslState(Exception):
@@ -83,9 +93,26 @@ class PlainExchange:
         return b""
 
 
+# RFC 5802's grammar (section 7), as Kafka's ScramMessages reads it: the gs2 header must be
+# "n" (no channel binding: "y" and "p=..." are refused, as Kafka does), an optional reserved
+# "m=" attribute, then n=<saslname>,r=<nonce> and extensions <letters>=<value> (read, ignored:
+# Kafka's only extension, tokenauth, is for delegation tokens, which loglake does not issue).
+_SASLNAME = r"(?:[^\x00=,]|=2C|=3D)+"
+_VALUE = r"[^\x00,]+"
+_PRINTABLE = r"[\x21-\x2b\x2d-\x7e]+"
+_BASE64 = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2}==)?"
+_EXTENSIONS = rf"(?:,[A-Za-z]+={_VALUE})*"
+_CLIENT_FIRST = re.compile(
+    rf"n,(?:a=(?P<authzid>{_SASLNAME}))?,(?P<bare>(?:m={_VALUE},)?n=(?P<saslname>{_SASLNAME}),"
+    rf"r=(?P<nonce>{_PRINTABLE})(?P<extensions>{_EXTENSIONS}))")
+_CLIENT_FINAL = re.compile(
+    rf"(?P<without_proof>c=(?P<channel>{_BASE64}),r=(?P<nonce>{_PRINTABLE}){_EXTENSIONS}),"
+    rf"p=(?P<proof>{_BASE64})")
+
+
 def _sasl_name_to_user(name: str) -> str:
     """RFC 5802's saslname: ``=2C`` is ``,`` and ``=3D`` is ``=`` (Kafka's
-    ``ScramFormatter.username``)."""
+    ``ScramFormatter.username``; the grammar admits no other ``=``)."""
     return name.replace("=2C", ",").replace("=3D", "=")
 
 
@@ -94,13 +121,17 @@ class ScramExchange:
     docstring). The checks are Kafka's ``ScramSaslServer``'s: the client-final nonce must end
     with the server-first nonce (librdkafka 2.0.x repeats the client nonce in front, and Kafka
     accepts it), the proof must match the stored key; the server-final message carries the
-    server signature."""
+    server signature. Messages are read with RFC 5802's grammar as Kafka's ``ScramMessages``
+    (gs2 header ``n`` only, extensions read and ignored, base64 checked); beyond Kafka, the
+    client-final ``c=`` must be the client-first gs2 header (RFC 5802) and user names may be
+    UTF-8 (Kafka's pattern admits ASCII only). Any failure ends the exchange."""
 
     def __init__(self, mechanism: str) -> None:
         self.mechanism = mechanism
         self._hash = hash_name(mechanism)
         self.complete = False
         self.username: str | None = None
+        self._gs2_header = ""
         self._client_first_bare = ""
         self._client_nonce = ""
         self._server_first = ""
@@ -112,27 +143,29 @@ class ScramExchange:
         """Read the client-first message; returns the user name whose credential the caller
         looks up for :meth:`server_first`."""
         self._expect("client_first")
+        self._stage = "done"  # until the message is read: a failure ends the exchange
         try:
             text = token.decode("utf-8")
         except UnicodeDecodeError:
-            raise SaslFailure("Invalid SCRAM client first message: not UTF-8") from None
-        parts = text.split(",", 2)
-        if len(parts) != 3 or parts[0] not in ("n", "y"):
-            raise SaslFailure("Invalid SCRAM client first message (channel binding is not "
-                              "supported)")
-        if parts[1] and not parts[1].startswith("a="):
-            raise SaslFailure("Invalid SCRAM client first message: bad authorization id")
-        authzid = parts[1][2:]
-        attributes = parts[2].split(",")
-        if (len(attributes) < 2 or not attributes[0].startswith("n=") or len(attributes[0]) < 3
-                or not attributes[1].startswith("r=") or len(attributes[1]) < 3):
-            raise SaslFailure("Invalid SCRAM client first message: expected n=<user>,r=<nonce>")
-        username = _sasl_name_to_user(attributes[0][2:])
+            raise SaslFailure("Invalid SCRAM client first message: not UTF-8",
+                              public=False) from None
+        match = _CLIENT_FIRST.fullmatch(text)
+        if match is None:
+            raise SaslFailure("Invalid SCRAM client first message format (channel binding is "
+                              "not supported)", public=False)
+        extensions = dict(item.split("=", 1) for item in match["extensions"][1:].split(",")
+                          if item)
+        if extensions.get("tokenauth", "").lower() == "true":
+            raise SaslFailure("Token authentication failed: delegation tokens are not "
+                              "supported", public=False)
+        username = _sasl_name_to_user(match["saslname"])
+        authzid = match["authzid"]
         if authzid and _sasl_name_to_user(authzid) != username:
             raise SaslFailure("Authentication failed: Client requested an authorization id "
                               "that is different from username")
-        self._client_first_bare = parts[2]
-        self._client_nonce = attributes[1][2:]
+        self._gs2_header = text[:match.start("bare")]
+        self._client_first_bare = match["bare"]
+        self._client_nonce = match["nonce"]
         self.username = username
         self._stage = "server_first"
         return username
@@ -141,10 +174,12 @@ class ScramExchange:
         """The server-first message for the user's stored credential; SaslFailure when the
         user has none for this mechanism."""
         self._expect("server_first")
+        self._stage = "done"
         if credential is None:
-            raise SaslFailure("Authentication failed: Invalid user credentials")
+            raise SaslFailure("Authentication failed: Invalid user credentials", public=False)
         if credential.iterations < MIN_ITERATIONS:
-            raise SaslFailure("Authentication failed: Invalid user credentials")
+            raise SaslFailure(f"Iterations {credential.iterations} is less than the minimum "
+                              f"{MIN_ITERATIONS} for {self.mechanism}", public=False)
         self._credential = credential
         self._nonce = self._client_nonce + secrets.token_urlsafe(24)
         salt = base64.b64encode(credential.salt).decode("ascii")
@@ -161,25 +196,34 @@ class ScramExchange:
         assert credential is not None
         try:
             text = token.decode("utf-8")
-            without_proof, sep, proof_text = text.rpartition(",p=")
-            proof = base64.b64decode(proof_text, validate=True)
-        except (UnicodeDecodeError, binascii.Error):
-            raise SaslFailure("Authentication failed: Invalid client final message") from None
-        attributes = without_proof.split(",")
-        if (not sep or len(attributes) < 2 or not attributes[0].startswith("c=")
-                or not attributes[1].startswith("r=")):
-            raise SaslFailure("Authentication failed: Invalid client final message")
-        if not attributes[1][2:].endswith(self._nonce):
-            raise SaslFailure("Invalid client nonce in the final client message.")
+        except UnicodeDecodeError:
+            raise SaslFailure("Invalid SCRAM client final message: not UTF-8",
+                              public=False) from None
+        match = _CLIENT_FINAL.fullmatch(text)
+        if match is None:
+            raise SaslFailure("Invalid SCRAM client final message format", public=False)
+        if not match["nonce"].endswith(self._nonce):
+            raise SaslFailure("Invalid client nonce in the final client message.",
+                              public=False)
+        try:
+            proof = base64.b64decode(match["proof"], validate=True)
+            channel = base64.b64decode(match["channel"], validate=True)
+        except binascii.Error:
+            raise SaslFailure("Invalid SCRAM client final message: bad base64",
+                              public=False) from None
+        if channel != self._gs2_header.encode("utf-8"):
+            # RFC 5802: c= carries the gs2 header of the client-first message (no binding data)
+            raise SaslFailure("Invalid channel binding in the final client message",
+                              public=False)
         auth_message = ",".join((self._client_first_bare, self._server_first,
-                                 without_proof)).encode("utf-8")
+                                 match["without_proof"])).encode("utf-8")
         signature = hmac.new(credential.stored_key, auth_message, self._hash).digest()
         if len(proof) != len(signature):
-            raise SaslFailure("Authentication failed: Invalid user credentials")
+            raise SaslFailure("Authentication failed: Invalid client proof", public=False)
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         if not hmac.compare_digest(hashlib.new(self._hash, client_key).digest(),
                                    credential.stored_key):
-            raise SaslFailure("Authentication failed: Invalid user credentials")
+            raise SaslFailure("Authentication failed: Invalid user credentials", public=False)
         server_signature = hmac.new(credential.server_key, auth_message, self._hash).digest()
         self.complete = True
         self._credential = None
