@@ -40,10 +40,13 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # tools resolve addresses from the environment and the `loglake dev up` profile
 # (loglake/addresses.py): tests never read or write the real home's profile, nor inherit a
-# developer's LOGLAKE_ZOOKEEPER / LOGLAKE_BOOTSTRAP_SERVERS
+# developer's LOGLAKE_ZOOKEEPER / LOGLAKE_BOOTSTRAP_SERVERS, client properties or ZooKeeper
+# credentials
 _CONFIG_DIR = tempfile.TemporaryDirectory(prefix="loglake-test-config-")
 os.environ["LOGLAKE_CONFIG_DIR"] = _CONFIG_DIR.name
-for _variable in ("LOGLAKE_ZOOKEEPER", "LOGLAKE_BOOTSTRAP_SERVERS"):
+for _variable in ("LOGLAKE_ZOOKEEPER", "LOGLAKE_BOOTSTRAP_SERVERS", "LOGLAKE_COMMAND_CONFIG",
+                  "LOGLAKE_ZOOKEEPER_SASL_USERNAME", "LOGLAKE_ZOOKEEPER_SASL_PASSWORD",
+                  "LOGLAKE_ZOOKEEPER_SASL_JAAS_FILE", "LOGLAKE_ZOOKEEPER_SASL_CLIENTCONFIG"):
     os.environ.pop(_variable, None)
 
 # fixtures of the loopback S3 endpoint (s3_server) and the one SparkSession (spark)
