@@ -59,6 +59,13 @@ class Grants:
         self.principal = principal
         self.added: list[dict[str, Any]] = []
 
+    def add(self, resource_type: str, name: str, operation: str, *,
+            principal: str | None = None, permission: str = "Allow", host: str = "*",
+            pattern_type: str = "LITERAL") -> None:
+        """One ACL (``permission`` "Allow" or "Deny")."""
+        self._add(self._acl(resource_type, name, operation, permission, pattern_type,
+                            principal, host))
+
     def allow(self, resource_type: str, name: str, operation: str, *,
               pattern_type: str = "LITERAL", principal: str | None = None,
               host: str = "*") -> None:

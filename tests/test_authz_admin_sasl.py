@@ -8,10 +8,9 @@ loglake's raw request path (client/_wire.py, SASL included) for APIs the clients
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -29,12 +28,11 @@ from loglake.catalog.acls import AclStore
 from loglake.client import _wire
 from loglake.client.security import SecurityConfig
 from loglake.dev.harness import DevCluster
+from tests.authz_util import Grants, eventually
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
-WAIT_S = 15.0
 TOPIC_AUTHZ = KafkaError.TOPIC_AUTHORIZATION_FAILED
 CLUSTER_AUTHZ = KafkaError.CLUSTER_AUTHORIZATION_FAILED
-T = TypeVar("T")
 
 
 def _jaas() -> str:
@@ -72,23 +70,13 @@ def store(dev: DevCluster) -> Iterator[AclStore]:
 
 @pytest.fixture
 def acls(store: AclStore) -> Iterator[Callable[..., None]]:
-    """``acls(resource_type, name, operation, principal=..., ...)`` adds an ACL removed at the
-    end of the test."""
-    added: list[dict[str, Any]] = []
-
-    def add(resource_type: str, name: str, operation: str, *, principal: str,
-            permission: str = "Allow", pattern_type: str = "LITERAL") -> None:
-        acl = {"resource_type": resource_type, "name": name, "operation": operation,
-               "principal": principal, "permission": permission, "host": "*",
-               "pattern_type": pattern_type}
-        store.add(**acl)
-        added.append(acl)
-
+    """``acls(resource_type, name, operation, principal=..., permission=..., ...)``: an ACL
+    removed at the end of the test."""
+    grants = Grants(store)
     try:
-        yield add
+        yield grants.add
     finally:
-        for acl in reversed(added):
-            store.remove(**acl)
+        grants.remove_all()
 
 
 def _port(dev: DevCluster) -> int:
@@ -110,17 +98,6 @@ def raw(dev: DevCluster, user: str, api_key: int, version: int, body: dict[str, 
         "sasl.username": user, "sasl.password": USERS[user]})
     return _wire.request("127.0.0.1", _port(dev), api_key, version, body, timeout=15,
                          client_id=f"authz-{user}", operation="test", security=security)
-
-
-def eventually(action: Callable[[], T], holds: Callable[[T], bool], what: str) -> T:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        result = action()
-        if holds(result):
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: last answer {result!r}")
-        time.sleep(0.1)
 
 
 def outcome(future: Any, timeout: float = 20.0) -> int:

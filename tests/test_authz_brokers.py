@@ -24,9 +24,9 @@ from kio.schema.errors import ErrorCode
 from loglake.catalog.acls import AclStore
 from loglake.dev.harness import DevCluster
 from loglake.segments.records import Record, encode_batch
+from tests.authz_util import ANONYMOUS, wait_allowed
 from tests.wire import WireClient
 
-ANONYMOUS = "User:ANONYMOUS"
 WAIT_S = 20.0
 
 
@@ -102,7 +102,10 @@ def test_replication_and_transactions_need_cluster_action_for_brokers(
     txn, group = topic + "-txn", topic + "-g"
     store.add("TransactionalId", txn, principal=ANONYMOUS, operation="Write")
     store.add("Group", group, principal=ANONYMOUS, operation="Read")
-    time.sleep(1.0)  # the grants reach both brokers
+    ports = [pair.broker_port(1), pair.broker_port(2)]
+    wait_allowed(ports, "Cluster", "kafka-cluster", "ClusterAction")  # markers, any broker
+    wait_allowed(ports, "TransactionalId", txn, "Write")
+    wait_allowed(ports, "Group", group, "Read")
     producer = Producer({"bootstrap.servers": pair.bootstrap_servers, "transactional.id": txn,
                          "transaction.timeout.ms": 10000})
     producer.init_transactions(20)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -30,13 +30,12 @@ from kio.schema.errors import ErrorCode
 from loglake.catalog.acls import AclStore
 from loglake.dev.harness import DevCluster
 from loglake.segments.records import Record, encode_batch
+from tests.authz_util import AUTHORIZER as BASE_AUTHORIZER
+from tests.authz_util import CLUSTER, Grants, eventually, wait_allowed
 from tests.wire import WireClient
 
-ANONYMOUS = "User:ANONYMOUS"
-CLUSTER = "kafka-cluster"
-AUTHORIZER = {"authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-              "group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "true"}
-WAIT_S = 15.0
+AUTHORIZER = {**BASE_AUTHORIZER, "group.initial.rebalance.delay.ms": "0",
+              "auto.create.topics.enable": "true"}
 TOPIC_AUTHZ = ErrorCode.topic_authorization_failed
 GROUP_AUTHZ = ErrorCode.group_authorization_failed
 CLUSTER_AUTHZ = ErrorCode.cluster_authorization_failed
@@ -44,7 +43,6 @@ TXN_AUTHZ = ErrorCode.transactional_id_authorization_failed
 NONE = ErrorCode.none
 OMITTED = -2147483648
 READ_DESCRIBE_BITS = (1 << 3) | (1 << 8)
-T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------- fixtures
@@ -71,43 +69,6 @@ def zk(secured: DevCluster) -> Iterator[KazooClient]:
         client.close()
 
 
-class Grants:
-    """ACLs a test adds for ``User:ANONYMOUS``; removed with :meth:`revoke` or at its end."""
-
-    def __init__(self, store: AclStore) -> None:
-        self.store = store
-        self.added: list[dict[str, Any]] = []
-
-    def allow(self, resource_type: str, name: str, operation: str, *,
-              pattern_type: str = "LITERAL") -> None:
-        self._add(resource_type, name, operation, "Allow", pattern_type)
-
-    def deny(self, resource_type: str, name: str, operation: str, *,
-             pattern_type: str = "LITERAL") -> None:
-        self._add(resource_type, name, operation, "Deny", pattern_type)
-
-    def _add(self, resource_type: str, name: str, operation: str, permission: str,
-             pattern_type: str) -> None:
-        acl = {"resource_type": resource_type, "name": name, "principal": ANONYMOUS,
-               "operation": operation, "permission": permission, "host": "*",
-               "pattern_type": pattern_type}
-        self.store.add(**acl)
-        self.added.append(acl)
-
-    def revoke(self, resource_type: str, name: str, operation: str, *,
-               permission: str = "Allow", pattern_type: str = "LITERAL") -> None:
-        acl = {"resource_type": resource_type, "name": name, "principal": ANONYMOUS,
-               "operation": operation, "permission": permission, "host": "*",
-               "pattern_type": pattern_type}
-        self.store.remove(**acl)
-        self.added.remove(acl)
-
-    def remove_all(self) -> None:
-        for acl in reversed(self.added):
-            self.store.remove(**acl)
-        self.added.clear()
-
-
 @pytest.fixture
 def grants(zk: KazooClient) -> Iterator[Grants]:
     g = Grants(AclStore(zk))
@@ -130,19 +91,6 @@ def wire(secured: DevCluster) -> Iterator[WireClient]:
 
 
 # -------------------------------------------------------------------------------- helpers
-
-
-def eventually(action: Callable[[], T], holds: Callable[[T], bool], what: str,
-               timeout: float = WAIT_S) -> T:
-    """Run ``action`` until ``holds`` its result; AssertionError naming the last result."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = action()
-        if holds(result):
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: last answer {result!r}")
-        time.sleep(0.1)
 
 
 def make_topic(secured: DevCluster, grants: Grants, zk: KazooClient, topic: str,
@@ -634,7 +582,10 @@ def test_transactional_producer_end_to_end(secured: DevCluster, zk: KazooClient,
     grants.allow("TransactionalId", txn, "Write")
     grants.allow("Topic", name, "Write")
     grants.allow("Cluster", CLUSTER, "ClusterAction")  # the coordinator's markers (broker)
-    time.sleep(1.0)  # the grants reach the broker
+    port = [secured.broker_port(1)]
+    wait_allowed(port, "TransactionalId", txn, "Write")
+    wait_allowed(port, "Topic", name, "Write")
+    wait_allowed(port, "Cluster", CLUSTER, "ClusterAction")
     producer = Producer(config)
     producer.init_transactions(15)
     producer.begin_transaction()
@@ -645,6 +596,7 @@ def test_transactional_producer_end_to_end(secured: DevCluster, zk: KazooClient,
     group = name + "-g"
     grants.allow("Topic", name, "Read")
     grants.allow("Group", group, "Read")
+    wait_allowed(port, "Group", group, "Read")  # after the topic's grant: both are there
     consumer = Consumer({"bootstrap.servers": secured.bootstrap_servers, "group.id": group,
                          "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -20,10 +20,9 @@ from kazoo.client import KazooClient
 
 from loglake.catalog.acls import AclStore
 from loglake.dev.harness import DevCluster
+from tests.authz_util import Grants, eventually
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
-WAIT_S = 15.0
-T = TypeVar("T")
 
 
 def _jaas() -> str:
@@ -62,21 +61,13 @@ def store(dev: DevCluster) -> Iterator[AclStore]:
 
 @pytest.fixture
 def acls(store: AclStore) -> Iterator[Callable[..., None]]:
-    """``acls(resource_type, name, operation, principal=...)``: an ACL removed at the end."""
-    added: list[dict[str, Any]] = []
-
-    def add(resource_type: str, name: str, operation: str, *, principal: str,
-            permission: str = "Allow") -> None:
-        acl = {"resource_type": resource_type, "name": name, "operation": operation,
-               "principal": principal, "permission": permission, "host": "*"}
-        store.add(**acl)
-        added.append(acl)
-
+    """``acls(resource_type, name, operation, principal=..., permission=..., ...)``: an ACL
+    removed at the end of the test."""
+    grants = Grants(store)
     try:
-        yield add
+        yield grants.add
     finally:
-        for acl in reversed(added):
-            store.remove(**acl)
+        grants.remove_all()
 
 
 def _bootstrap(dev: DevCluster) -> str:
@@ -86,17 +77,6 @@ def _bootstrap(dev: DevCluster) -> str:
 def _conf(dev: DevCluster, user: str) -> dict[str, Any]:
     return {"bootstrap.servers": _bootstrap(dev), "security.protocol": "SASL_PLAINTEXT",
             "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": USERS[user]}
-
-
-def eventually(action: Callable[[], T], holds: Callable[[T], bool], what: str) -> T:
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        result = action()
-        if holds(result):
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: last answer {result!r}")
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -115,6 +95,17 @@ def _produce(dev: DevCluster, user: str, topic: str, value: bytes) -> int | None
     producer.flush(15)
     assert reports, "no delivery report"
     return None if reports[0] is None else int(reports[0].code())
+
+
+def _init_transactions(dev: DevCluster, user: str, txn: str) -> tuple[int, Producer]:
+    """A new transactional producer of ``user`` after init_transactions: (error code or 0, the
+    producer); a refused one is fatal for librdkafka, hence a new producer per attempt."""
+    producer = Producer({**_conf(dev, user), "transactional.id": txn})
+    try:
+        producer.init_transactions(15)
+    except KafkaException as exc:
+        return int(exc.args[0].code()), producer
+    return 0, producer
 
 
 def _consume(dev: DevCluster, user: str, topic: str, group: str) -> tuple[int | None, bytes]:
@@ -175,15 +166,17 @@ def test_group_read_per_principal_and_metadata_per_principal(
 def test_transactional_id_granted_to_alice_is_not_bobs(
         dev: DevCluster, acls: Callable[..., None], topic: str) -> None:
     txn = topic + "-txn"
-    acls("TransactionalId", txn, "Write", principal="User:alice")
     acls("Topic", topic, "Write", principal="User:*")
-    time.sleep(1.0)  # the grants reach the broker
+    acls("TransactionalId", txn, "Write", principal="User:alice")
+    # the broker applies ACL changes in order: once alice's transactional id is hers, the
+    # topic grant written before it is there too
+    _, alice = eventually(lambda: _init_transactions(dev, "alice", txn),
+                          lambda result: result[0] == 0,
+                          "alice's WRITE on the transactional id reached the broker")
     bob = Producer({**_conf(dev, "bob"), "transactional.id": txn})
     with pytest.raises(KafkaException) as refused:
         bob.init_transactions(10)
     assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    alice = Producer({**_conf(dev, "alice"), "transactional.id": txn})
-    alice.init_transactions(15)
     alice.begin_transaction()
     alice.produce(topic, b"in-txn")
     alice.commit_transaction(15)
