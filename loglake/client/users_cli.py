@@ -113,7 +113,7 @@ def create_user(args: argparse.Namespace) -> int:
     else:
         from confluent_kafka.admin import ScramCredentialInfo, UserScramCredentialUpsertion
 
-        _alter(args, [UserScramCredentialUpsertion(
+        _Brokers(args).alter([UserScramCredentialUpsertion(
             args.name, ScramCredentialInfo(_mechanism_enum(m), args.iterations),
             password.encode("utf-8")) for m in mechanisms])
     print(f"created SCRAM credentials of {args.name}: {', '.join(mechanisms)}")
@@ -139,11 +139,12 @@ def delete_user(args: argparse.Namespace) -> int:
     else:
         from confluent_kafka.admin import UserScramCredentialDeletion
 
-        described = _describe(args, [args.name])
+        brokers = _Brokers(args)
+        described = brokers.describe([args.name])
         present = [m for m in mechanisms if m in {row[1] for row in described}]
         if not present:
             raise ValueError(f"{args.name} has no SCRAM credentials ({', '.join(mechanisms)})")
-        _alter(args, [UserScramCredentialDeletion(args.name, _mechanism_enum(m))
+        brokers.alter([UserScramCredentialDeletion(args.name, _mechanism_enum(m))
                       for m in present])
         mechanisms = present
     print(f"deleted SCRAM credentials of {args.name}: {', '.join(mechanisms)}")
@@ -162,7 +163,7 @@ def list_users(args: argparse.Namespace) -> int:
                 rows += [(user, mechanism, credential.iterations) for mechanism, credential
                          in sorted(user_credentials(store, user).items())]
     else:
-        rows = _describe(args, None)
+        rows = _Brokers(args).describe(None)
     rows.sort()
     if args.format == "json":
         print(json.dumps([dict(zip(("user", "mechanism", "iterations"), row, strict=True))
@@ -176,12 +177,60 @@ def list_users(args: argparse.Namespace) -> int:
 
 # ---- through a broker ------------------------------------------------------------------------
 
-def _admin(args: argparse.Namespace) -> Any:
-    from confluent_kafka.admin import AdminClient
+class _Brokers:
+    """One AdminClient for a whole command. librdkafka's log lines go to Python logging
+    (``loglake.client.librdkafka``, silent unless logging is configured), not to stderr: by
+    default librdkafka prints them there, e.g. the ``BGQUEUE ... Purging 1 unserved events
+    from background queue`` notice when a client is destroyed with an admin result event still
+    queued (``users delete`` used to make a second client), or a connection failure per
+    retry. Connection errors are remembered and named in the one error line instead."""
 
-    settings = security.from_args(args).librdkafka()
-    return AdminClient({**settings,
-                        "bootstrap.servers": addresses.bootstrap_servers(args.bootstrap_server)})
+    def __init__(self, args: argparse.Namespace) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        from loglake.client._common import ErrorTracker, base_config
+
+        self.tracker = ErrorTracker()
+        self.admin: Any = AdminClient(base_config(
+            addresses.bootstrap_servers(args.bootstrap_server), client_id="loglake-users",
+            tracker=self.tracker, extra=None, security=security.from_args(args)))
+
+    def alter(self, alterations: Sequence[Any]) -> None:
+        for future in self.admin.alter_user_scram_credentials(list(alterations)).values():
+            self.result(future)
+
+    def describe(self, users: list[str] | None) -> list[tuple[str, str, int]]:
+        if users is None:
+            described = self.result(self.admin.describe_user_scram_credentials())
+        else:
+            described = {user: self.result(future, missing_ok=True) for user, future
+                         in self.admin.describe_user_scram_credentials(users).items()}
+        rows = []
+        for user, description in described.items():
+            for info in getattr(description, "scram_credential_infos", None) or ():
+                rows.append((user, MECHANISM_BY_CODE[int(info.mechanism.value)],
+                             info.iterations))
+        return rows
+
+    def result(self, future: Any, *, missing_ok: bool = False) -> Any:
+        from confluent_kafka import KafkaError, KafkaException
+
+        try:
+            return future.result(timeout=TIMEOUT_S)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            name = getattr(error, "name", lambda: "")()
+            if missing_ok and name == "RESOURCE_NOT_FOUND":
+                return None
+            message = (str(error.str()) if error is not None and hasattr(error, "str")
+                       else str(exc))
+            if getattr(error, "code", lambda: None)() in (KafkaError._TRANSPORT,
+                                                          KafkaError._TIMED_OUT):
+                message += self.tracker.describe()
+            raise LoglakeError(message) from None
+        except TimeoutError:
+            raise LoglakeError(f"no answer within {TIMEOUT_S:g} s"
+                               f"{self.tracker.describe()}") from None
 
 
 def _mechanism_enum(mechanism: str) -> Any:
@@ -189,39 +238,6 @@ def _mechanism_enum(mechanism: str) -> Any:
 
     return ScramMechanism.SCRAM_SHA_256 if mechanism == "SCRAM-SHA-256" else \
         ScramMechanism.SCRAM_SHA_512
-
-
-def _alter(args: argparse.Namespace, alterations: Sequence[Any]) -> None:
-    admin = _admin(args)  # (kept referenced until every future is done)
-    for future in admin.alter_user_scram_credentials(list(alterations)).values():
-        _result(future)
-
-
-def _describe(args: argparse.Namespace, users: list[str] | None) -> list[tuple[str, str, int]]:
-    admin = _admin(args)
-    if users is None:
-        described = _result(admin.describe_user_scram_credentials())
-    else:
-        described = {user: _result(future, missing_ok=True) for user, future
-                     in admin.describe_user_scram_credentials(users).items()}
-    rows = []
-    for user, description in described.items():
-        for info in getattr(description, "scram_credential_infos", None) or ():
-            rows.append((user, MECHANISM_BY_CODE[int(info.mechanism.value)], info.iterations))
-    return rows
-
-
-def _result(future: Any, *, missing_ok: bool = False) -> Any:
-    from confluent_kafka import KafkaException
-
-    try:
-        return future.result(timeout=TIMEOUT_S)
-    except KafkaException as exc:
-        error = exc.args[0] if exc.args else None
-        if missing_ok and getattr(error, "name", lambda: "")() == "RESOURCE_NOT_FOUND":
-            return None
-        message = str(error.str()) if error is not None and hasattr(error, "str") else str(exc)
-        raise LoglakeError(message) from None
 
 
 # ---- through ZooKeeper -----------------------------------------------------------------------

@@ -81,7 +81,7 @@ async def metadata(services: BrokerServices, frame: RequestFrame) -> Any:
             continue
         if name not in services.metadata.topics and auto_create:
             await _auto_create(services, name)
-        topic = _topic_metadata(services, name)
+        topic = _topic_metadata(services, name, frame.session.listener, version)
         if with_operations:
             topic["topic_authorized_operations"] = authz.authorized_operations(
                 services, frame, ResourceType.TOPIC, name)
@@ -126,7 +126,12 @@ async def _auto_create(services: BrokerServices, name: str) -> None:
         return
 
 
-def _topic_metadata(services: BrokerServices, name: str) -> dict[str, Any]:
+def _topic_metadata(services: BrokerServices, name: str, listener: str,
+                    version: int) -> dict[str, Any]:
+    """A topic's entry as a client on ``listener`` sees it: a partition whose live leader has
+    no endpoint on that listener has no leader (-1) and LISTENER_NOT_FOUND from v6 on,
+    LEADER_NOT_AVAILABLE before (Kafka's ``KRaftMetadataCache.getPartitionMetadata``), so
+    the client is never sent a leader id that is missing from the brokers list."""
     meta = services.metadata.topics.get(name)
     if meta is None:
         try:
@@ -146,9 +151,14 @@ def _topic_metadata(services: BrokerServices, name: str) -> dict[str, Any]:
         leader = state.leader if state is not None and state.leader not in offline else -1
         if leader not in live:
             leader = -1
+        error = ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available
+        if leader >= 0 and services.metadata.endpoint(leader, listener) is None:
+            leader = -1
+            error = (ErrorCode.listener_not_found if version >= 6
+                     else ErrorCode.leader_not_available)
         partitions.append(
             {
-                "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+                "error_code": error,
                 "partition_index": index,
                 "leader_id": leader,
                 "leader_epoch": state.leader_epoch if state is not None else -1,
