@@ -150,15 +150,16 @@ async def create_acls(services: BrokerServices, frame: RequestFrame) -> Any:
     store = services.zk.catalog.acls()
     for res, items in by_resource.items():
         new = frozenset(entry for _, entry in items)
-        try:
-            _, written = await services.zk.call(store.update, res,
-                                                lambda acls, new=new: acls | new)
-        except Exception as exc:
-            code, message = _failure(exc)
-            for index, _ in items:
-                results[index] = {"error_code": code, "error_message": message}
-            continue
-        authorizer.apply(pattern_of(res), [entry_of(a) for a in written.acls])
+        async with authorizer.updates:  # write and apply as one (acl_sync.py)
+            try:
+                _, written = await services.zk.call(store.update, res,
+                                                    lambda acls, new=new: acls | new)
+            except Exception as exc:
+                code, message = _failure(exc)
+                for index, _ in items:
+                    results[index] = {"error_code": code, "error_message": message}
+                continue
+            authorizer.apply(pattern_of(res), [entry_of(a) for a in written.acls])
     return build(cls, {"results": results})
 
 
@@ -264,14 +265,15 @@ async def _delete_matching(
             return frozenset(keep)
 
         res = stored_resource(pattern)
-        try:
-            changed, written = await services.zk.call(store.update, res, change)
-        except Exception as exc:
-            code, message = _failure(exc)
-            for binding, index in removed.items():
-                out[index].append((binding, code, message))
-            continue
-        authorizer.apply(pattern_of(res), [entry_of(a) for a in written.acls])
+        async with authorizer.updates:  # write and apply as one (acl_sync.py)
+            try:
+                changed, written = await services.zk.call(store.update, res, change)
+            except Exception as exc:
+                code, message = _failure(exc)
+                for binding, index in removed.items():
+                    out[index].append((binding, code, message))
+                continue
+            authorizer.apply(pattern_of(res), [entry_of(a) for a in written.acls])
         if changed:
             for binding, index in removed.items():
                 out[index].append((binding, ErrorCode.none, None))

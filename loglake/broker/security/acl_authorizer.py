@@ -22,11 +22,15 @@ Audit lines are written by the caller (``broker/handlers/authz.py``); this modul
 cache changes only.
 
 Thread-safety: event loop only (the cache is replaced by ``apply``/``replace_all`` on the loop;
-decisions never block).
+decisions never block). Whoever reads ACLs from ZooKeeper (or writes them) and then applies
+what it read holds :attr:`AclAuthorizer.updates` from the read (write) to the apply, as Kafka's
+AclAuthorizer holds its lock: otherwise a slower reader could apply an older set over a newer
+one (until the next notification).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -82,6 +86,8 @@ class AclAuthorizer:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
         self._prefix_lengths: dict[ResourceType, set[int]] = {}
+        self.updates = asyncio.Lock()
+        """Held from a ZooKeeper read or write of ACLs to the :meth:`apply` of its result."""
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> AclAuthorizer:

@@ -10,6 +10,16 @@ no change is missed: a change during the load is read again afterwards (idempote
 the notifications (one purged before we read it) reloads everything. Every
 ``PURGE_INTERVAL_S`` the notifications older than 15 minutes are removed (any broker may).
 
+After a ZooKeeper reconnection (the same session again, or a new one after the old expired)
+everything is loaded again, as Kafka's notification listener processes the notifications again
+after a new session: while the broker was away its watch may not have fired, and the
+notifications of changes made meanwhile may have been purged (a broker away for more than 15
+minutes), which no gap would reveal if no change followed. A broker never keeps serving stale
+ACLs beyond its reconnection.
+
+Reads and writes are serialized with ``AclAuthorizer.updates`` (held from the ZooKeeper read or
+write to the cache update, as Kafka's lock), so an older read never overwrites a newer apply.
+
 A broker's own CreateAcls/DeleteAcls apply their written sets at once
 (:meth:`AclSync.apply_stored`), so a DescribeAcls on the same broker right after sees them;
 other brokers see them when their watch fires (milliseconds on loopback).
@@ -43,6 +53,7 @@ from loglake.catalog.acls import (
     VersionedAcls,
     enum_name,
 )
+from loglake.catalog.zookeeper import SessionEvent
 
 if TYPE_CHECKING:
     from loglake.broker.zk_session import ZkSession
@@ -95,7 +106,10 @@ class AclSync:
         self._changed = asyncio.Event()
         self._literal_seq = -1
         self._extended_seq = -1
+        self._reload_wanted = False
         self.loaded = False
+        self.reloads = 0
+        """Complete loads so far (start-up, gaps, reconnections)."""
 
     @property
     def store(self) -> AclStore:
@@ -107,20 +121,37 @@ class AclSync:
         await self.zk.step("creating the ACL paths", store.create_paths)
         await self.zk.step("watching ACL changes", store.watch_changes, self._on_watch,
                            lambda: not self.stopping())
-        await self._reload_all()
+        self.zk.add_listener(self._on_session_event)
+        await self._reload_all(wait=True)
         self.loaded = True
 
     def _on_watch(self) -> None:
         """kazoo's thread: hop onto the loop."""
         self.zk.run_soon(self._changed.set)
 
-    async def _reload_all(self) -> None:
+    def _on_session_event(self, event: SessionEvent) -> None:
+        """Loop: after a reconnection, load everything again (see the module docstring)."""
+        if event in (SessionEvent.RECONNECTED, SessionEvent.NEW_SESSION):
+            self._reload_wanted = True
+            self._changed.set()
+
+    async def _reload_all(self, *, wait: bool = False) -> None:
+        """Load every ACL; with ``wait`` (start-up, before anyone asks) ZooKeeper outages are
+        waited out, else they raise (the caller retries) so the lock is never held through
+        an outage (CreateAcls/DeleteAcls would hang instead of failing)."""
         store = self.store
-        seqs = await self.zk.step("reading ACL change notifications", store.last_sequences)
-        stored = await self.zk.step("loading ACLs", store.load_all)
-        self._literal_seq, self._extended_seq = seqs
-        self.authorizer.replace_all({pattern_of(res): [entry_of(a) for a in versioned.acls]
-                                     for res, versioned in stored.items()})
+        async with self.authorizer.updates:
+            if wait:
+                seqs = await self.zk.step("reading ACL change notifications",
+                                          store.last_sequences)
+                stored = await self.zk.step("loading ACLs", store.load_all)
+            else:
+                seqs = await self.zk.call(store.last_sequences)
+                stored = await self.zk.call(store.load_all)
+            self._literal_seq, self._extended_seq = seqs
+            self.authorizer.replace_all({pattern_of(res): [entry_of(a) for a in versioned.acls]
+                                         for res, versioned in stored.items()})
+        self.reloads += 1
         log.info("loaded %d ACL resource patterns", len(stored))
 
     def apply_stored(self, res: StoredResource, versioned: VersionedAcls) -> None:
@@ -135,9 +166,14 @@ class AclSync:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(),
                                        max(0.1, next_purge - loop.time()))
+            reload = False
             try:
                 if self._changed.is_set():
                     self._changed.clear()
+                    reload, self._reload_wanted = self._reload_wanted, False
+                    if reload:
+                        await self._reload_all()
+                        reload = False
                     await self.process_changes()
                 if loop.time() >= next_purge:
                     next_purge = loop.time() + PURGE_INTERVAL_S
@@ -146,6 +182,7 @@ class AclSync:
                 raise
             except Exception as exc:
                 log.warning("processing ACL changes failed (%s); retrying", exc)
+                self._reload_wanted = self._reload_wanted or reload
                 self._changed.set()
                 await asyncio.sleep(RETRY_DELAY_S)
 
@@ -162,15 +199,17 @@ class AclSync:
             first = next((n.sequence for n in notices if n.extended == extended), None)
             # sequence numbers follow the parent's child version: deletions (purges) skip
             # numbers too, so a skip may be harmless; reloading everything is always right
-            if first is not None and last >= 0 and first > last + 1:
+            # (also when none was seen yet: notifications may have come and gone meanwhile)
+            if first is not None and first > last + 1:
                 gap = True
         if gap:
             await self._reload_all()
             return len(notices)
         resources = list(dict.fromkeys(n.resource for n in notices if n.resource is not None))
         for res in resources:
-            versioned = await self.zk.call(store.get, res)
-            self.apply_stored(res, versioned)
+            async with self.authorizer.updates:
+                versioned = await self.zk.call(store.get, res)
+                self.apply_stored(res, versioned)
         for notice in notices:
             if notice.extended:
                 self._extended_seq = max(self._extended_seq, notice.sequence)
