@@ -241,3 +241,33 @@ def test_unmapped_certificate_is_an_authentication_failure(files: TlsFiles) -> N
     result = _handshake_principal(tls.server_context(config, "SSL"), client,
                                   PrincipalMapper.parse("RULE:^CN=bob,.*$/bob/"))
     assert isinstance(result, NoMatchingRuleError)
+
+
+def test_subject_in_javas_rfc2253_form() -> None:
+    """Kafka maps ``X500Principal.getName()``: keywords CN, C, L, ST, O, OU, STREET, DC, UID;
+    any other attribute as its OID with the DER value in hex (checked against Java's output
+    for the same subject)."""
+    from cryptography import x509 as x509_
+    from cryptography.x509.oid import NameOID
+
+    from loglake.broker.security.listeners import java_rfc2253
+
+    subject = x509_.Name([
+        x509_.NameAttribute(NameOID.COUNTRY_NAME, "US"),
+        x509_.NameAttribute(NameOID.ORGANIZATION_NAME, "Acme, Inc"),
+        x509_.NameAttribute(NameOID.COMMON_NAME, "alice"),
+        x509_.NameAttribute(NameOID.EMAIL_ADDRESS, "alice@acme.io"),
+        x509_.NameAttribute(NameOID.SERIAL_NUMBER, "42"),
+    ])
+    parsed = x509_.Name.from_rfc4514_string(subject.rfc4514_string())  # round trip
+    for name in (subject, parsed):
+        assert java_rfc2253(name) == (
+            "2.5.4.5=#13023432,1.2.840.113549.1.9.1=#160d616c6963654061636d652e696f,"
+            "CN=alice,O=Acme\\, Inc,C=US")
+    long_ou = x509_.Name([x509_.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "u" * 300),
+                          x509_.NameAttribute(NameOID.EMAIL_ADDRESS, "e" * 200)])
+    assert java_rfc2253(long_ou) == ("1.2.840.113549.1.9.1=#1681c8" + "65" * 200
+                                     + ",OU=" + "u" * 300)
+    assert PrincipalMapper.parse(
+        r"RULE:^1\.2\.840\.113549\.1\.9\.1=#16[0-9a-f]+,CN=([^,]+),.*$/$1/").name(
+            java_rfc2253(subject).split(",", 1)[1]) == "alice"
