@@ -106,8 +106,10 @@ def test_scram_unknown_user() -> None:
 def test_scram_user_name_escapes_and_authzid() -> None:
     exchange = ScramExchange("SCRAM-SHA-256")
     assert exchange.client_first(b"n,,n=a=2Cb=3Dc,r=abcdef") == "a,b=c"
-    with pytest.raises(SaslFailure):
-        ScramExchange("SCRAM-SHA-256").client_first(b"n,a=admin,n=alice,r=abcdef")
+    other = ScramExchange("SCRAM-SHA-256")
+    other.client_first(b"n,a=admin,n=alice,r=abcdef")
+    with pytest.raises(SaslFailure):  # refused once alice's credential is known (as Kafka)
+        other.server_first(parse_credential(make_credential("SCRAM-SHA-256", "pw")))
     with pytest.raises(SaslFailure):
         ScramExchange("SCRAM-SHA-256").client_first(b"p=tls-unique,,n=alice,r=abc")
     with pytest.raises(SaslFailure):
@@ -334,9 +336,17 @@ def test_scram_client_first_extensions_and_reserved_are_read() -> None:
     assert ScramExchange("SCRAM-SHA-256").client_first(b"n,,n=carol,r=abc,foo=bar") == "carol"
     assert ScramExchange("SCRAM-SHA-256").client_first(b"n,,m=x,n=carol,r=abc") == "carol"
     assert ScramExchange("SCRAM-SHA-256").client_first(b"n,a=carol,n=carol,r=abc") == "carol"
+    credential = parse_credential(make_credential("SCRAM-SHA-256", "pw"))
+    mismatch = ScramExchange("SCRAM-SHA-256")
+    mismatch.client_first(b"n,a=admin,n=carol,r=abc")
     with pytest.raises(SaslFailure) as info:
-        ScramExchange("SCRAM-SHA-256").client_first(b"n,a=admin,n=carol,r=abc")
+        mismatch.server_first(credential)
     assert info.value.public  # Kafka's SaslAuthenticationException: its text is sent
+    unknown = ScramExchange("SCRAM-SHA-256")
+    unknown.client_first(b"n,a=admin,n=nobody,r=abc")
+    with pytest.raises(SaslFailure) as info:
+        unknown.server_first(None)
+    assert not info.value.public  # an unknown user first: the generic answer, as Kafka
 
 
 def _server_first_for(password: str) -> tuple[ScramExchange, str]:

@@ -79,15 +79,15 @@ class PlainExchange:
             raise SaslFailure("Authentication failed: username not specified")
         if not password:
             raise SaslFailure("Authentication failed: password not specified")
-        if authzid and authzid != username:
-            raise SaslFailure("Authentication failed: Client requested an authorization id "
-                              "that is different from username")
         expected = self._users.get(username)
         # compare even for an unknown user, so the answer takes as long either way
         matches = hmac.compare_digest(password.encode("utf-8"),
                                       (expected if expected is not None else "\x00").encode())
         if expected is None or not matches:
             raise SaslFailure("Authentication failed: Invalid username or password")
+        if authzid and authzid != username:  # checked after the password, as Kafka
+            raise SaslFailure("Authentication failed: Client requested an authorization id "
+                              "that is different from username")
         self.complete = True
         self.username = username
         return b""
@@ -132,6 +132,7 @@ class ScramExchange:
         self.complete = False
         self.username: str | None = None
         self._gs2_header = ""
+        self._authzid = ""
         self._client_first_bare = ""
         self._client_nonce = ""
         self._server_first = ""
@@ -160,9 +161,7 @@ class ScramExchange:
                               "supported", public=False)
         username = _sasl_name_to_user(match["saslname"])
         authzid = match["authzid"]
-        if authzid and _sasl_name_to_user(authzid) != username:
-            raise SaslFailure("Authentication failed: Client requested an authorization id "
-                              "that is different from username")
+        self._authzid = _sasl_name_to_user(authzid) if authzid else ""
         self._gs2_header = text[:match.start("bare")]
         self._client_first_bare = match["bare"]
         self._client_nonce = match["nonce"]
@@ -177,6 +176,9 @@ class ScramExchange:
         self._stage = "done"
         if credential is None:
             raise SaslFailure("Authentication failed: Invalid user credentials", public=False)
+        if self._authzid and self._authzid != self.username:  # after the lookup, as Kafka
+            raise SaslFailure("Authentication failed: Client requested an authorization id "
+                              "that is different from username")
         if credential.iterations < MIN_ITERATIONS:
             raise SaslFailure(f"Iterations {credential.iterations} is less than the minimum "
                               f"{MIN_ITERATIONS} for {self.mechanism}", public=False)
