@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -149,3 +150,21 @@ def wait_allowed(ports: Iterable[int], resource_type: str, name: str, operation:
                    lambda code: (code not in AUTHORIZATION_CODES) == allowed,
                    f"broker at port {port}: {operation} on {resource_type}:{name} "
                    f"{'allowed' if allowed else 'refused'}", timeout)
+
+
+def barrier(store: AclStore, ports: Iterable[int], *, principal: str = ANONYMOUS) -> None:
+    """Wait until every broker at ``ports`` has applied every ACL change written so far (e.g.
+    the previous test's revocations, which a refusal cannot show when something else
+    refuses too): a sentinel grant on each change path (LITERAL and PREFIXED) is written and
+    awaited, as a broker applies each path's notifications in order. The probes connect as
+    ``principal`` (PLAINTEXT: ``User:ANONYMOUS``, not a super user)."""
+    name = f"authz-barrier-{uuid.uuid4().hex[:10]}"
+    ports = list(ports)
+    for pattern_type, probe in (("LITERAL", name), ("PREFIXED", name + "-x")):
+        acl = {"resource_type": "Topic", "name": name, "principal": principal,
+               "operation": "Describe", "pattern_type": pattern_type}
+        store.add(**acl)
+        try:
+            wait_allowed(ports, "Topic", probe, "Describe")
+        finally:
+            store.remove(**acl)

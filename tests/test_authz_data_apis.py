@@ -31,7 +31,7 @@ from loglake.catalog.acls import AclStore
 from loglake.dev.harness import DevCluster
 from loglake.segments.records import Record, encode_batch
 from tests.authz_util import AUTHORIZER as BASE_AUTHORIZER
-from tests.authz_util import CLUSTER, Grants, eventually, wait_allowed
+from tests.authz_util import CLUSTER, Grants, barrier, eventually, wait_allowed
 from tests.wire import WireClient
 
 AUTHORIZER = {**BASE_AUTHORIZER, "group.initial.rebalance.delay.ms": "0",
@@ -70,12 +70,13 @@ def zk(secured: DevCluster) -> Iterator[KazooClient]:
 
 
 @pytest.fixture
-def grants(zk: KazooClient) -> Iterator[Grants]:
+def grants(secured: DevCluster, zk: KazooClient) -> Iterator[Grants]:
     g = Grants(AclStore(zk))
     try:
         yield g
     finally:
         g.remove_all()
+        barrier(g.store, [secured.broker_port(1)])  # the next test starts from no ACLs
 
 
 @pytest.fixture
