@@ -6,7 +6,9 @@ The test iterates over ``loglake.broker.apis.API_TABLE``, so an API added later 
 in :data:`RULES` fails here until someone states (and checks) its authorization. Each row
 names the request (a minimal valid one, raw wire), where its error codes are, the code Kafka
 answers without ACLs (None where Kafka checks nothing or filters silently), and the ACLs that
-make it pass, each with Kafka's rule as a comment (Kafka 4.0, ``KafkaApis.handle*``).
+make it pass, each with Kafka's rule as a comment (Kafka 4.0, ``KafkaApis.handle*``). The
+APIs that filter instead of refusing (Metadata for all topics, ListGroups, ListTransactions)
+are checked in :data:`LISTINGS` too: what the principal may not DESCRIBE is left out.
 
 The client connects over PLAINTEXT: its principal is ``User:ANONYMOUS``. ACLs are written to
 ZooKeeper and reach the broker through the change notifications; every step waits for the
@@ -57,6 +59,8 @@ class Names:
     # never initialized: kio's reader refuses the -1 start time Kafka (and loglake) answer
     # for an Empty transaction, so DescribeTransactions asks for an unknown id
     described_txn: str = STEM + "-txn-unknown"
+    listed_group: str = STEM + "-listed-g"      # has a committed offset
+    listed_txn: str = STEM + "-listed-txn"      # has a producer id
 
 
 N = Names()
@@ -300,6 +304,33 @@ RULES: dict[int, Rule] = {
 }
 
 
+@dataclass(frozen=True)
+class Listing:
+    """An API that lists only what the principal may DESCRIBE (Kafka filters, no error):
+    ``name`` is left out of ``names(response)`` without ``grants`` and listed with them."""
+
+    version: int
+    body: dict[str, Any]
+    names: Callable[[Any], set[str]]
+    name: str
+    grants: tuple[tuple[str, str, str], ...]
+
+
+LISTINGS: dict[int, Listing] = {
+    # handleTopicMetadataRequest: all topics: those without DESCRIBE are left out
+    3: Listing(9, {"topics": None, "allow_auto_topic_creation": False},
+               lambda r: {t.name for t in r.topics}, N.topic,
+               (("Topic", N.topic, "Describe"),)),
+    # handleListGroupsRequest: without DESCRIBE on the cluster, the groups with DESCRIBE
+    16: Listing(4, {"states_filter": []}, lambda r: {g.group_id for g in r.groups},
+                N.listed_group, (("Group", N.listed_group, "Describe"),)),
+    # handleListTransactionsRequest: the transactional ids with DESCRIBE
+    66: Listing(1, {"state_filters": [], "producer_id_filters": []},
+                lambda r: {t.transactional_id for t in r.transaction_states}, N.listed_txn,
+                (("TransactionalId", N.listed_txn, "Describe"),)),
+}
+
+
 # ------------------------------------------------------------------------------- fixtures
 
 
@@ -323,6 +354,19 @@ def secured(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
                             {"name": topic, "num_partitions": 1, "replication_factor": 1}]}
                     ).topics[0].error_code, lambda code: code == ErrorCode.none,
                         f"creating {topic}")
+                grants.allow("Group", N.listed_group, "Read")
+                grants.allow("Topic", N.topic, "Read")
+                grants.allow("TransactionalId", N.listed_txn, "Write")
+                eventually(lambda: wire.request(8, 8, {
+                    "group_id": N.listed_group, "generation_id_or_member_epoch": -1,
+                    "member_id": "", "topics": [{"name": N.topic, "partitions": [
+                        {"partition_index": 0, "committed_offset": 0}]}]}
+                ).topics[0].partitions[0].error_code, lambda code: code == ErrorCode.none,
+                    f"an offset of {N.listed_group}")
+                eventually(lambda: wire.request(22, 4, {
+                    "transactional_id": N.listed_txn, "transaction_timeout": 60000,
+                    "producer_id": -1, "producer_epoch": -1}).error_code,
+                    lambda code: code == ErrorCode.none, f"a producer id for {N.listed_txn}")
             grants.remove_all()  # each test waits for its refusal (bounded)
         finally:
             client.stop()
@@ -406,3 +450,25 @@ def test_api_refused_without_acls_and_allowed_with_them(
         if api_key == 30:  # the ACL CreateAcls wrote
             store.remove("Topic", N.topic, principal=NOBODY, operation="Read",
                          )
+
+
+@pytest.mark.parametrize("api_key", sorted(LISTINGS))
+def test_listing_hides_what_the_principal_may_not_describe(
+        secured: DevCluster, store: AclStore, api_key: int) -> None:
+    listing = LISTINGS[api_key]
+    grants = Grants(store)
+    try:
+        with WireClient.connect(secured.bootstrap_servers, timeout=20) as wire:
+            def names() -> set[str]:
+                response = wire.request(api_key, listing.version, listing.body)
+                assert int(getattr(response, "error_code", 0)) == ErrorCode.none
+                return listing.names(response)
+
+            eventually(names, lambda listed: listing.name not in listed,
+                       f"{API_TABLE[api_key].name} hides {listing.name}")
+            for resource_type, name, operation in listing.grants:
+                grants.allow(resource_type, name, operation)
+            eventually(names, lambda listed: listing.name in listed,
+                       f"{API_TABLE[api_key].name} lists {listing.name} with DESCRIBE")
+    finally:
+        grants.remove_all()
