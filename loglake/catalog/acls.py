@@ -35,6 +35,7 @@ beyond kazoo (thread-safe); blocking, so brokers call it on the ZooKeeper execut
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -300,7 +301,9 @@ class AclStore:
                         stat = self.zk.set(res.path, encode_acls(new), version=current.version)
                         written = VersionedAcls(new, stat.version)
                 except (BadVersionError, NodeExistsError, NoNodeError, NotEmptyError):
-                    time.sleep(0.01)
+                    # jittered, as Kafka's backoff: writers that lost together do not retry
+                    # in lockstep
+                    time.sleep(random.uniform(0.005, 0.03))
                     continue
                 self._notify(res)
                 return True, written
