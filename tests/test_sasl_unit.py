@@ -381,3 +381,24 @@ def test_scram_client_final_extensions_are_signed() -> None:
     final = _manual_client_final("SCRAM-SHA-256", "pw", "n=carol,r=cnonce", server_first,
                                  nonce + ",ext=1")  # an extension inside without-proof
     assert exchange.client_final(final.encode()).startswith(b"v=")
+
+
+def test_broker_client_refuses_a_server_asking_few_iterations() -> None:
+    """Kafka's ScramSaslClient refuses a server-first with i < 4096 (a weak or hostile
+    server); the inter-broker client does too, before any PBKDF2 runs."""
+    from types import SimpleNamespace
+
+    from kio.schema.errors import ErrorCode
+
+    from loglake.broker.security.sasl_client import sasl_client_authenticate
+    from loglake.errors import SaslAuthenticationError
+
+    async def server(api_key: int, version: int, body: dict[str, Any]) -> Any:
+        if api_key == 17:
+            return SimpleNamespace(error_code=ErrorCode.none, mechanisms=["SCRAM-SHA-256"])
+        nonce = bytes(body["auth_bytes"]).split(b"r=", 1)[1]
+        return SimpleNamespace(error_code=ErrorCode.none, error_message=None,
+                               auth_bytes=b"r=" + nonce + b"x,s=c2FsdA==,i=1")
+
+    with pytest.raises(SaslAuthenticationError, match="less than the minimum 4096"):
+        asyncio.run(sasl_client_authenticate(server, "SCRAM-SHA-256", "broker", "pw"))

@@ -23,7 +23,7 @@ from typing import Any
 import scramp
 from kio.schema.errors import ErrorCode
 
-from loglake.broker.security.scram_credentials import SCRAM_MECHANISMS
+from loglake.broker.security.scram_credentials import MIN_ITERATIONS, SCRAM_MECHANISMS
 from loglake.errors import SaslAuthenticationError
 
 SASL_HANDSHAKE = 17
@@ -54,12 +54,24 @@ async def sasl_client_authenticate(request: Request, mechanism: str, username: s
     client = scramp.ScramClient([mechanism], username, password)
     try:
         server_first = await _authenticate(request, client.get_client_first().encode())
+        _check_iterations(mechanism, server_first)
         client.set_server_first(server_first.decode("utf-8"))
         server_final = await _authenticate(request, client.get_client_final().encode())
         client.set_server_final(server_final.decode("utf-8"))
     except (scramp.ScramException, UnicodeDecodeError) as exc:
         raise SaslAuthenticationError(f"{mechanism} exchange with the broker failed: {exc}"
                                       ) from None
+
+
+def _check_iterations(mechanism: str, server_first: bytes) -> None:
+    """Kafka's ``ScramSaslClient``: a server asking for fewer than MIN_ITERATIONS is refused."""
+    for attribute in server_first.split(b","):
+        if attribute.startswith(b"i="):
+            text = attribute[2:].decode("ascii", "replace")
+            if not text.isdigit() or int(text) < MIN_ITERATIONS:
+                raise SaslAuthenticationError(
+                    f"Requested iterations {text} is less than the minimum {MIN_ITERATIONS} "
+                    f"for {mechanism}")
 
 
 async def _authenticate(request: Request, token: bytes) -> bytes:
