@@ -91,6 +91,23 @@ def test_tools_import_only_the_pure_security_modules() -> None:
         assert hits == [], package
 
 
+CONSOLE_BROKER_MODULES = ("loglake.broker.codec", "loglake.broker.security.principal",
+                          "loglake.broker.security.acl_model")
+
+
+def test_console_imports_only_the_pure_broker_modules() -> None:
+    """The web console is a tool: SDK, catalog, config, errors; from the broker only the
+    codec and the pure security modules; never kazoo, Spark or the jobs."""
+    hits = [hit for hit in _offenders("console", "loglake.broker")
+            if any(not any(name == m or name.startswith(m + ".")
+                           for m in CONSOLE_BROKER_MODULES)
+                   for name in hit.split(": ", 1)[1].split(", "))]
+    assert hits == []
+    for forbidden in ("kazoo", "loglake.streaming", "loglake.compaction", "loglake.dev",
+                      "pyspark"):
+        assert _offenders("console", forbidden) == [], forbidden
+
+
 def test_segments_import_no_broker_catalog_or_spark_side() -> None:
     """The log and the tier formats depend on nothing above them."""
     for upper in ("loglake.broker", "loglake.catalog", "loglake.streaming",

@@ -1,0 +1,132 @@
+"""The console's Starlette application: :func:`create_app`.
+
+Routes come from the page modules in :data:`PAGE_MODULES`; each lists
+``ROUTES: list[starlette.routing.BaseRoute]`` and may define ``async def start(ctx)`` /
+``async def stop(ctx)`` (run in the application's lifespan with the
+:class:`~loglake.console.context.ConsoleContext`; e.g. a sampler task). To add pages, add the
+module to that one list. ``/static`` serves ``static/`` (StaticFiles refuses paths that leave
+the folder); ``/healthz`` answers ``ok`` once the application runs.
+
+Errors: a :class:`~loglake.errors.LoglakeError` or ``ValueError`` escaping a handler becomes its
+4xx/5xx page with the message (:func:`~loglake.console.context.error_response`); unknown paths
+and methods get a 404/405 page; anything else a 500 page saying the request failed, never a
+traceback (it is logged on the console's stderr).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from types import ModuleType
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from loglake.client import SecurityConfig
+from loglake.console import overview, topic_page, topics
+from loglake.console.context import (
+    STATIC_DIR,
+    TEMPLATES_DIR,
+    ConsoleContext,
+    blocking,
+    error_response,
+    not_found,
+)
+from loglake.console.templating import install_filters
+from loglake.errors import LoglakeError
+
+log = logging.getLogger(__name__)
+
+PAGE_MODULES: tuple[ModuleType, ...] = (overview, topics, topic_page)
+"""Every module contributing pages (CONSOLE2's modules are added here)."""
+
+
+def create_app(zookeeper: str, *, bootstrap: str | None = None,
+               command_config: str | None = None) -> Starlette:
+    """The console for the cluster at ``zookeeper`` (``host:port[/chroot]``).
+
+    ``bootstrap``: the Kafka bootstrap servers (default: the registered brokers, read from
+    ZooKeeper); ``command_config``: a client properties file (TLS/SASL) for the SDK clients.
+    Nothing connects before the first request.
+    """
+    security = SecurityConfig() if command_config is None else SecurityConfig.load(
+        command_config)
+    templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+    install_filters(templates)
+    ctx = ConsoleContext(zookeeper=zookeeper, security=security, templates=templates,
+                         configured_bootstrap=bootstrap)
+    routes: list[BaseRoute] = [
+        Route("/healthz", _healthz, methods=["GET"]),
+        Mount("/static", app=StaticFiles(directory=str(STATIC_DIR)), name="static"),
+    ]
+    for module in PAGE_MODULES:
+        routes.extend(module.ROUTES)
+        start = getattr(module, "start", None)
+        if start is not None:
+            ctx.on_start.append(start)
+        stop = getattr(module, "stop", None)
+        if stop is not None:
+            ctx.on_stop.append(stop)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        for hook in ctx.on_start:
+            await hook(ctx)
+        try:
+            yield
+        finally:
+            for hook in reversed(ctx.on_stop):
+                try:
+                    await hook(ctx)
+                except Exception:
+                    log.exception("console: stopping a page module failed")
+            await blocking(ctx.close)
+
+    app = Starlette(
+        routes=routes, lifespan=lifespan,
+        exception_handlers={
+            HTTPException: _http_error,
+            LoglakeError: _loglake_error,
+            ValueError: _loglake_error,
+            Exception: _internal_error,
+        })
+    app.state.console = ctx
+    return app
+
+
+async def _healthz(_request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+async def _http_error(request: Request, exc: Any) -> Response:
+    status = int(getattr(exc, "status_code", 500))
+    if status == 404:
+        return not_found(f"no page at {request.url.path}", request)
+    response = error_response(exc, request)
+    response.status_code = status
+    if status == 405:
+        detail = str(getattr(exc, "detail", "")) or "method not allowed"
+        response = error_response(ValueError(f"{request.method} {request.url.path}: {detail}"),
+                                  request)
+        response.status_code = 405
+    return response
+
+
+async def _loglake_error(request: Request, exc: Exception) -> Response:
+    return error_response(exc, request)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.error("console: %s %s failed: %r", request.method, request.url.path, exc,
+              exc_info=exc)
+    response = error_response(RuntimeError(
+        f"the console could not answer {request.url.path}: {type(exc).__name__}"), request)
+    response.status_code = 500
+    return response

@@ -1,0 +1,276 @@
+"""What every console handler shares, and the helpers that answer a request.
+
+:class:`ConsoleContext` is built once per application by :func:`loglake.console.app.create_app`
+and kept in ``app.state.console``; :func:`console` fetches it from a request. It holds:
+
+* ``catalog()`` — the ZooKeeper :class:`~loglake.catalog.zookeeper.ClusterCatalog` in tool mode
+  (created on first use, in a worker thread; nothing is written to ZooKeeper through it except
+  by explicit write methods a page calls on purpose).
+* ``admin()`` / ``bootstrap()`` — an SDK :class:`~loglake.client.Admin` (one per context, reused;
+  confluent-kafka's clients are thread-safe) and the bootstrap servers: the ``bootstrap``
+  given, else the registered brokers' first endpoints read from ZooKeeper.
+* ``security`` — the client settings from ``--command-config`` (PLAINTEXT without one), handed
+  to every SDK client the console builds.
+* ``templates`` — the Jinja2 environment of ``templates/``.
+* ``extras`` — a dict for the parts of the console that keep state (the lag sampler stores
+  itself here); ``on_start`` / ``on_stop`` callbacks run in the application's lifespan (the
+  sampler hook: a page module may define ``async def start(ctx)`` / ``async def stop(ctx)``
+  which :mod:`loglake.console.app` registers).
+
+Thread-safety: ``catalog()``, ``admin()`` and ``bootstrap()`` block (ZooKeeper and Kafka
+round trips) and must be called from a worker thread: handlers wrap them in :func:`blocking`.
+Their lazy creation is guarded by a lock.
+
+Answers: :func:`render` (a page, or with ``HX-Request`` a fragment when the template has one),
+:func:`bad_request` (400), :func:`not_found` (404), :func:`error_response` (a
+:class:`~loglake.errors.LoglakeError` turned into its HTTP status with the message). An error
+answer never carries a traceback; the message is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.templating import Jinja2Templates
+
+from loglake.catalog.zookeeper import BrokerInfo, ClusterCatalog, ZooKeeperUnavailableError
+from loglake.client import Admin, SecurityConfig
+from loglake.errors import LoglakeError
+
+T = TypeVar("T")
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+
+SDK_TIMEOUT_S = 10.0
+"""Bound of every SDK call the console makes (a page never hangs longer on a dead cluster)."""
+
+Hook = Callable[["ConsoleContext"], Awaitable[None]]
+
+
+@dataclass
+class ConsoleContext:
+    """Shared state of one console application (see the module)."""
+
+    zookeeper: str
+    security: SecurityConfig
+    templates: Jinja2Templates
+    configured_bootstrap: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    on_start: list[Hook] = field(default_factory=list)
+    on_stop: list[Hook] = field(default_factory=list)
+    _catalog: ClusterCatalog | None = field(default=None, repr=False)
+    _admin: Admin | None = field(default=None, repr=False)
+    _admin_bootstrap: str | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    # -- blocking accessors (call from a worker thread) --------------------------------------
+
+    def catalog(self) -> ClusterCatalog:
+        """The ZooKeeper catalog in tool mode, connected on first use (blocking)."""
+        with self._lock:
+            if self._catalog is None:
+                catalog = ClusterCatalog(self.zookeeper, timeout=SDK_TIMEOUT_S, mode="tool")
+                try:
+                    catalog.start()
+                except LoglakeError:
+                    catalog.stop()
+                    raise
+                except Exception as exc:
+                    catalog.stop()
+                    raise ZooKeeperUnavailableError(
+                        f"cannot reach ZooKeeper at {self.zookeeper}: {exc}") from None
+                self._catalog = catalog
+            return self._catalog
+
+    def bootstrap(self) -> str:
+        """The bootstrap servers: the configured ones, else every registered broker's first
+        endpoint (blocking; raises when no broker is registered)."""
+        if self.configured_bootstrap:
+            return self.configured_bootstrap
+        brokers = self.catalog().brokers()
+        endpoints = ["{}:{}".format(*client_endpoint(info, self.security))
+                     for _, info in sorted(brokers.items())]
+        if not endpoints:
+            raise LoglakeError("no broker is registered in ZooKeeper",
+                               code=ErrorCode.broker_not_available)
+        return ",".join(endpoints)
+
+    def admin(self) -> Admin:
+        """The shared SDK admin client (blocking on first use)."""
+        bootstrap = self.bootstrap()
+        with self._lock:
+            if self._admin is None or (self.configured_bootstrap is None
+                                       and self._admin_bootstrap != bootstrap
+                                       and not _overlaps(self._admin_bootstrap, bootstrap)):
+                self._admin = Admin(bootstrap, timeout=SDK_TIMEOUT_S, security=self.security,
+                                    client_id="loglake-console")
+                self._admin_bootstrap = bootstrap
+            return self._admin
+
+    def close(self) -> None:
+        """Release the clients (blocking)."""
+        with self._lock:
+            if self._admin is not None:
+                self._admin.close()
+                self._admin = None
+            if self._catalog is not None:
+                self._catalog.stop()
+                self._catalog = None
+
+
+def _overlaps(old: str | None, new: str) -> bool:
+    """Whether the old admin's bootstrap list still names a live broker of the new one (then
+    it keeps working: librdkafka learns the cluster from any one broker)."""
+    return old is not None and bool(set(old.split(",")) & set(new.split(",")))
+
+
+def client_endpoint(info: BrokerInfo, security: SecurityConfig) -> tuple[str, int]:
+    """The host and port of ``info``'s first listener speaking ``security``'s protocol (its
+    first listener when none does)."""
+    for endpoint in info.all_endpoints:
+        if endpoint.security_protocol == security.protocol:
+            return endpoint.host, endpoint.port
+    return info.host, info.port
+
+
+def console(request: Request) -> ConsoleContext:
+    """The context of the application serving ``request``."""
+    ctx: ConsoleContext = request.app.state.console
+    return ctx
+
+
+async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking call (SDK, ZooKeeper) in a worker thread, off the event loop."""
+    return await run_in_threadpool(func, *args, **kwargs)
+
+
+def is_fragment(request: Request) -> bool:
+    """Whether htmx asked (``HX-Request``) for a part of a page rather than a whole page."""
+    return request.headers.get("hx-request", "").lower() == "true"
+
+
+def render(request: Request, template: str, *, status_code: int = 200,
+           **context: Any) -> Response:
+    """``template`` rendered with ``context`` (plus ``request`` and ``nav``: the current path)."""
+    ctx = console(request)
+    return ctx.templates.TemplateResponse(
+        request, template, {"nav": request.url.path, **context}, status_code=status_code)
+
+
+def _error_html(status_code: int, message: str, request: Request | None) -> Response:
+    text = html.escape(message)
+    if request is not None and not is_fragment(request):
+        try:
+            return render(request, "error.html", status_code=status_code, status=status_code,
+                          message=message)
+        except Exception:  # the error page itself must never fail: fall back to plain HTML
+            pass
+    return HTMLResponse(f'<div class="error" role="alert"><strong>{status_code}</strong> '
+                        f"{text}</div>", status_code=status_code)
+
+
+def bad_request(message: str, request: Request | None = None) -> Response:
+    """A 400 with ``message``: a page when ``request`` is a page request, else a fragment."""
+    return _error_html(400, message, request)
+
+
+def not_found(message: str, request: Request | None = None) -> Response:
+    """A 404 with ``message``: a page when ``request`` is a page request, else a fragment."""
+    return _error_html(404, message, request)
+
+
+def error_response(exc: BaseException, request: Request | None = None, *,
+                   doing: str | None = None) -> Response:
+    """``exc`` as an answer: its HTTP status (:func:`status_for`) and its one-line message,
+    prefixed by what was being done."""
+    message = str(exc) or type(exc).__name__
+    if doing:
+        message = f"{doing}: {message}"
+    return _error_html(status_for(exc), message, request)
+
+
+_NOT_FOUND_CODES = frozenset({
+    ErrorCode.unknown_topic_or_partition, ErrorCode.group_id_not_found,
+    ErrorCode.unknown_topic_id, ErrorCode.resource_not_found,
+})
+_CONFLICT_CODES = frozenset({
+    ErrorCode.topic_already_exists, ErrorCode.non_empty_group,
+})
+_FORBIDDEN_CODES = frozenset({
+    ErrorCode.topic_authorization_failed, ErrorCode.group_authorization_failed,
+    ErrorCode.cluster_authorization_failed, ErrorCode.transactional_id_authorization_failed,
+    ErrorCode.sasl_authentication_failed, ErrorCode.delegation_token_authorization_failed,
+})
+_UNAVAILABLE_CODES = frozenset({
+    ErrorCode.broker_not_available, ErrorCode.leader_not_available,
+    ErrorCode.not_leader_or_follower, ErrorCode.request_timed_out,
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator,
+    ErrorCode.coordinator_load_in_progress, ErrorCode.network_exception,
+    ErrorCode.not_controller,
+})
+
+
+def status_for(exc: BaseException) -> int:
+    """The HTTP status of an error: 404 for unknown topics/groups, 409 for conflicts, 403 for
+    authorization, 503 while the cluster is unreachable or moving, 400 for bad input (invalid
+    configs, values, requests: the wire's ``invalid_*`` codes and ``ValueError``), else 502
+    (the cluster answered with an error the console cannot blame on the request)."""
+    if isinstance(exc, ZooKeeperUnavailableError):
+        return 503
+    if isinstance(exc, LoglakeError):
+        code = exc.code
+        if code in _NOT_FOUND_CODES:
+            return 404
+        if code in _CONFLICT_CODES:
+            return 409
+        if code in _FORBIDDEN_CODES:
+            return 403
+        if code in _UNAVAILABLE_CODES or exc.retriable:
+            return 503
+        if code.name.startswith(("invalid_", "policy_", "unsupported_")) \
+                or code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
+                            ErrorCode.offset_out_of_range):
+            return 400
+        return 502
+    if isinstance(exc, ValueError):
+        return 400
+    if isinstance(exc, TimeoutError):
+        return 503
+    return 500
+
+
+def form_value(form: Mapping[str, Any], name: str, *, default: str = "",
+               max_length: int = 1 << 16) -> str:
+    """A text field of a submitted form, stripped (ValueError if it is a file or too long)."""
+    value = form.get(name, default)
+    if not isinstance(value, str):
+        raise ValueError(f"field {name!r} must be text")
+    if len(value) > max_length:
+        raise ValueError(f"field {name!r} is longer than {max_length} characters")
+    return value.strip()
+
+
+def int_param(raw: str | None, name: str, *, default: int | None = None,
+              minimum: int | None = None, maximum: int | None = None) -> int | None:
+    """An integer query or form parameter within bounds (ValueError with a clear message)."""
+    if raw is None or raw.strip() == "":
+        return default
+    text = raw.strip()
+    if len(text) > 20 or not text.lstrip("-+").isdigit():
+        raise ValueError(f"{name} must be an integer, got {raw[:40]!r}")
+    value = int(text)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
+    return value
