@@ -349,6 +349,21 @@ def _optional(text: str) -> str | None:
     return text or None
 
 
+def _metrics_listener(text: str) -> tuple[str, int] | None:
+    """``metrics.listener``: ``http://host:port`` (or ``host:port``) -> (host, port); empty:
+    None (no metrics endpoint). Port 0 binds a free port (published in ZooKeeper)."""
+    text = text.strip()
+    if not text:
+        return None
+    rest = text[len("http://"):] if text.lower().startswith("http://") else text
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or "/" in rest.rstrip("/") or not port.isdigit() or int(port) > 65535:
+        raise InvalidConfigError(
+            f"metrics.listener {text!r}: expected http://host:port (e.g. http://127.0.0.1:9404)")
+    return host, int(port)
+
+
 @dataclass(frozen=True)
 class ListenerAddress:
     """One entry of ``listeners`` / ``advertised.listeners``: ``NAME://host:port``. The name is
@@ -727,6 +742,11 @@ class BrokerConfig:
     quota_window_size_seconds: int = _setting(
         "quota.window.size.seconds", "Seconds one client quota sample spans; also the "
         "longest request-percentage throttle.", _at_least_one, 1)
+    # ---- metrics (broker/metrics/)
+    metrics_listener: tuple[str, int] | None = _setting(
+        "metrics.listener", "Where the Prometheus /metrics endpoint listens, http://host:port "
+        "(port 0: any free port; the URL is published at /loglake/metrics/<id>); empty: no "
+        "metrics endpoint (the default).", _metrics_listener, None)
     topic_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict)
     listener_settings: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Every ``listener.name.<listener>.<key>`` property, raw (see LISTENER_PREFIX)."""

@@ -32,6 +32,10 @@ Layout (JSON values, as Kafka writes them)::
                                                       by clean-up jobs after a commit that
                                                       removed files; brokers watch it and drop
                                                       their cached view of the table
+    /loglake/metrics/<id>                            ephemeral, UTF-8: the scrape URL of broker
+                                                      <id>'s metrics endpoint
+                                                      (``http://host:port/metrics``), only while
+                                                      its ``metrics.listener`` serves
     /loglake/transactions/<p>/...                    transaction coordinator state: owner,
                                                       coordinator epoch, one znode per
                                                       transactional id (catalog/transactions.py)
@@ -334,6 +338,7 @@ STORAGE = "/loglake/storage"
 TIERING = "/loglake/tiering"
 TABLE_CHANGES = "/loglake/table_changes"
 OFFLINE_REPLICAS = "/loglake/offline_replicas"
+METRICS = "/loglake/metrics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 """One ephemeral child ``<broker>:<partition>:<topic>`` per replica its broker cannot open
 (``:`` never occurs in a topic name); it goes with the broker's session."""
@@ -1262,6 +1267,43 @@ class ClusterCatalog:
         else:
             with contextlib.suppress(NoNodeError):
                 self.zk.delete(path)
+
+    @_zookeeper_op
+    def publish_metrics_url(self, broker_id: int, url: str) -> None:
+        """Publish (ephemeral, with this session) the scrape URL of ``broker_id``'s metrics
+        endpoint at ``/loglake/metrics/<id>``; a node left by our expired session is replaced."""
+        path = f"{METRICS}/{broker_id}"
+        data = url.encode()
+        try:
+            self.zk.create(path, data, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            stat = self.zk.exists(path)
+            if stat is not None and stat.ephemeralOwner != self.zk.client_id[0]:
+                with contextlib.suppress(NoNodeError):
+                    self.zk.delete(path, version=stat.version)
+                with contextlib.suppress(NodeExistsError):
+                    self.zk.create(path, data, ephemeral=True, makepath=True)
+            elif stat is not None:
+                self.zk.set(path, data)
+
+    @_zookeeper_op
+    def metrics_urls(self) -> dict[int, str]:
+        """Broker id -> the scrape URL its metrics endpoint published (live brokers with
+        ``metrics.listener`` only)."""
+        try:
+            children = self.zk.get_children(METRICS)
+        except NoNodeError:
+            return {}
+        urls: dict[int, str] = {}
+        for child in children:
+            if not child.isdigit():
+                continue
+            try:
+                raw, _ = self.zk.get(f"{METRICS}/{child}")
+            except NoNodeError:
+                continue
+            urls[int(child)] = raw.decode("utf-8", "replace")
+        return urls
 
     @_zookeeper_op
     def watch_offline_replicas(
