@@ -10,6 +10,13 @@ transaction coordinator right after EndTxn's prepare is written, before any mark
 ``<operation>-before-commit`` and ``<operation>-after-commit``
 for the jobs' replace commits, operation one of ``compact``, ``optimize``, ``retention``
 (compaction/common.py).
+
+Hold points: a process started with ``LOGLAKE_HOLD_AT=<point>=<file>[,<point>=<file>...]`` skips
+the work behind ``<point>`` while ``<file>`` exists (checked each time the point is reached, a
+``stat``), so a test can hold a step back and release it by deleting the file, without
+restarting the process. Without the variable every check is False. Points in use:
+``tier-before-write`` (broker: the tierer leaves led partitions untiered this turn, before
+reading a segment; tier lag then grows until the file is gone).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import os
 import signal
 
 ENV = "LOGLAKE_CRASH_AT"
+HOLD_ENV = "LOGLAKE_HOLD_AT"
 
 
 def crash_point(name: str) -> None:
@@ -25,3 +33,15 @@ def crash_point(name: str) -> None:
     wanted = os.environ.get(ENV, "")
     if wanted and name in wanted.split(","):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def held(name: str) -> bool:
+    """Whether the hold point ``name`` holds now (its file exists; see the module)."""
+    wanted = os.environ.get(HOLD_ENV, "")
+    if not wanted:
+        return False
+    for item in wanted.split(","):
+        point, _, path = item.partition("=")
+        if point == name and path and os.path.exists(path):
+            return True
+    return False

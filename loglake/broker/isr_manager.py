@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from loglake.broker import election
 from loglake.broker.metadata_cache import MetadataCache
+from loglake.broker.metrics.state_counters import StateCounters
 from loglake.broker.partition import Role
 from loglake.broker.replica_manager import ReplicaManager
 from loglake.broker.zk_session import ZkSession
@@ -39,8 +40,11 @@ class IsrManager:
 
     def __init__(self, *, broker_id: int, replica_lag_time_max_ms: int,
                  replicas: ReplicaManager, metadata: MetadataCache, zk: ZkSession,
-                 on_written: Callable[[str, int, PartitionState], None]) -> None:
-        """``on_written(topic, index, state)`` applies a state this broker just wrote."""
+                 on_written: Callable[[str, int, PartitionState], None],
+                 counters: StateCounters | None = None) -> None:
+        """``on_written(topic, index, state)`` applies a state this broker just wrote;
+        ``counters`` counts the shrinks and expansions that land (metrics)."""
+        self.counters = counters if counters is not None else StateCounters()
         self.broker_id = broker_id
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.replicas = replicas
@@ -70,8 +74,9 @@ class IsrManager:
             # an expansion holds only while the assignment is the one we know (a
             # reassignment may have removed the replica meanwhile)
             meta = self.metadata.topics.get(partition.topic)
-            guard = (meta.version if meta is not None and set(new.isr) - set(
-                partition.state.isr) else None)
+            old_isr = partition.state.isr
+            guard = (meta.version if meta is not None and set(new.isr) - set(old_isr)
+                     else None)
             try:
                 version = await self.zk.call(
                     functools.partial(catalog.update_partition_state,
@@ -79,6 +84,7 @@ class IsrManager:
                     partition.topic, partition.index, new)
             except StaleStateError:
                 continue  # the watch brings the newer state
+            self.counters.isr_changed(old_isr, new.isr)
             log.warning("%s: ISR %s -> %s", partition.name, list(partition.isr),
                         list(new.isr))
             self.on_written(partition.topic, partition.index, PartitionState(

@@ -139,6 +139,9 @@ class TopicTier:
     created: bool = False  # this broker saw the table exist
     checkpointing: bool = False  # a background Delta checkpoint runs
     commits: int = 0  # tier commits (a checkpoint is due every 10)
+    table_version: int | None = None  # after this broker's last tier commit (metrics)
+    table_files: int = 0  # live data files then
+    table_bytes: int = 0  # their bytes
 
 
 class TierState:

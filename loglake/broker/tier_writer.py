@@ -82,10 +82,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from loglake.broker.failure_log import FailureLog
+from loglake.broker.metrics.state_counters import StateCounters
 from loglake.broker.partition import Partition, Role
 from loglake.broker.tier_state import BackgroundTasks, TierProgress, TierState, TierZooKeeper
-from loglake.faults import crash_point
+from loglake.faults import crash_point, held
 from loglake.segments.log import SegmentInfo
 from loglake.segments.tier_delete import delete_below
 from loglake.segments.tier_quarantine import Quarantined
@@ -114,8 +118,9 @@ class TierWriter:
     def __init__(self, state: TierState, *, broker_id: int, zookeeper: TierZooKeeper,
                  watch: Callable[[str], None], on_change: Callable[[str], None],
                  stopping: Callable[[], bool], failures: FailureLog,
-                 tasks: BackgroundTasks) -> None:
+                 tasks: BackgroundTasks, counters: StateCounters | None = None) -> None:
         self._state = state
+        self._counters = counters if counters is not None else StateCounters()
         self._broker_id = broker_id
         self._zookeeper = zookeeper
         self._watch = watch  # start watching a topic's table changes
@@ -226,7 +231,7 @@ class TierWriter:
         while partition.role is Role.LEADER and not self._stopping():
             begin = max(progress.tiered_end or 0, partition.log_start_offset)
             segment = _next_sealed(partition, begin)
-            if segment is None:
+            if segment is None or held("tier-before-write"):  # held: a test (faults.py)
                 break
             aborted = [(txn.producer_id, txn.first_offset, txn.last_offset)
                        for txn in partition.aborted_transactions(begin, segment.next_offset)]
@@ -239,12 +244,15 @@ class TierWriter:
             if (partition.role is not Role.LEADER
                     or partition.leader_epoch != progress.leader_epoch):
                 break  # leadership moved while writing: the new leader tiers it
+            commit_started = time.monotonic()
             committed = await writer.call(
                 writer.table.commit, partition.index, [] if pending is None else [pending],
                 last_offset, expected_end=progress.tiered_end,
                 metadata=_commit_metadata(written))
             crash_point("tier-after-commit")
             if committed:
+                self._counters.tier_committed(partition.topic, time.monotonic() - commit_started)
+                await self._record_table_stats(partition.topic)
                 self._checkpoint_soon(partition.topic)
                 if progress.tiered_end is None and pending is not None:  # first tier commit
                     self._state.partition(key).set_start(pending.first_offset)
@@ -263,6 +271,18 @@ class TierWriter:
                 log.info("%s: another writer tiered up to %s", partition.name,
                          progress.tiered_end)
         await self._report(partition, progress)
+
+    async def _record_table_stats(self, topic: str) -> None:
+        """Remember the table's version, live files and bytes after a tier commit (read from
+        the writer's snapshot in a worker thread; the metrics report them at scrape time)."""
+        writer = self._state.writer(topic)
+        try:
+            version, files, size = await writer.call(_table_stats, writer.table)
+        except Exception as exc:  # statistics only: tiering goes on
+            log.debug("table statistics of %s: %s", topic, exc)
+            return
+        tier = self._state.topic(topic)
+        tier.table_version, tier.table_files, tier.table_bytes = version, files, size
 
     async def _report(self, partition: Partition, progress: TierProgress) -> None:
         """Publish tiering lag (offsets and seconds behind) for tools: at once when the tiered
@@ -378,6 +398,14 @@ def _log_quarantined(name: str, segment: SegmentInfo,
     if len(quarantined) > QUARANTINE_LOG_LINES:
         log.warning("%s: quarantined %d more bad batch(es) or byte range(s) in segment %s",
                     name, len(quarantined) - QUARANTINE_LOG_LINES, segment.log_path.name)
+
+
+def _table_stats(table: TieredTable) -> tuple[int, int, int]:
+    """(version, live data files, their bytes) of the table's newest snapshot."""
+    dt = table.table(refresh=True)
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    size = pc.sum(actions.column("size_bytes")).as_py() if actions.num_rows else 0
+    return dt.version(), actions.num_rows, int(size or 0)
 
 
 def _refreshed_quarantined(table: TieredTable, partition: int) -> int:

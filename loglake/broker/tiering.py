@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 
 from loglake.broker.failure_log import FailureLog
 from loglake.broker.local_retention import LocalRetention
+from loglake.broker.metrics.state_counters import StateCounters
 from loglake.broker.partition import Partition, Role
 from loglake.broker.table_changes import TableChangeWatcher
 from loglake.broker.tier_reads import TierReads
@@ -63,10 +64,13 @@ class Tierer:
     def __init__(self, config: BrokerConfig, *, zookeeper: TierZooKeeper,
                  hosted: Callable[[], Mapping[Key, Partition]],
                  topic_config: Callable[[str], TopicConfig | None],
-                 clock: Callable[[], float], stopping: Callable[[], bool]) -> None:
+                 clock: Callable[[], float], stopping: Callable[[], bool],
+                 counters: StateCounters | None = None) -> None:
         """``hosted`` returns the hosted partitions (the replica manager's), ``topic_config``
         a topic's config (None: unknown), ``clock`` wall-clock seconds (retention ages),
-        ``stopping`` whether the broker is shutting down (tiering stops between segments)."""
+        ``stopping`` whether the broker is shutting down (tiering stops between segments),
+        ``counters`` where tier commits and tier fetches are counted (metrics)."""
+        self._counters = counters if counters is not None else StateCounters()
         self.storage: Storage | None = (
             Storage.from_url(config.remote_log_storage_url, config.remote_log_storage_options)
             if config.remote_log_storage_url else None
@@ -90,7 +94,12 @@ class Tierer:
         self.writer = TierWriter(
             self._state, broker_id=config.broker_id, zookeeper=zookeeper,
             watch=self._watcher.watch, on_change=self._announced, stopping=stopping,
-            failures=self._failures, tasks=tasks)
+            failures=self._failures, tasks=tasks, counters=self._counters)
+
+    @property
+    def state(self) -> TierState:
+        """What the tier code knows (read by the metrics collectors on the loop)."""
+        return self._state
 
     def tiered(self, topic: str) -> bool:
         """Whether this broker tiers ``topic`` (storage configured, remote.storage.enable)."""
@@ -116,6 +125,7 @@ class Tierer:
     def forget_topic(self, topic: str) -> None:
         """Drop everything known of ``topic`` (deleted): caches, progress, its watch."""
         self._state.forget_topic(topic)
+        self._counters.forget_topic(topic)
         self._failures.forget(lambda key: _about_topic(key, topic))
 
     async def delete_table(self, topic: str) -> None:
@@ -151,7 +161,10 @@ class Tierer:
 
     async def read(self, partition: Partition, offset: int, max_bytes: int,
                    min_one_batch: bool) -> bytes | None:
-        return await self.reads.read(partition, offset, max_bytes, min_one_batch)
+        data = await self.reads.read(partition, offset, max_bytes, min_one_batch)
+        if data is not None:
+            self._counters.tier_fetched(partition.topic)
+        return data
 
     async def offset_for_timestamp(self, partition: Partition,
                                    timestamp_ms: int) -> tuple[int, int] | None:

@@ -600,6 +600,12 @@ class GroupCoordinator:
         await self._owned(group_id)
         return dict(self.offsets.get(group_id, {}))
 
+    def committed_offsets(self) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+        """The committed offsets of the loaded groups this broker coordinates, from memory
+        (no I/O, no loading: the consumer-lag metrics read it at scrape time)."""
+        return {group_id: offsets for group_id, offsets in list(self.offsets.items())
+                if group_id in self.groups and self.coordinator_for(group_id) == self.me}
+
     async def delete_offsets(self, group_id: str,
                              partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
         group = await self._owned(group_id)
