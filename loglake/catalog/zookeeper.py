@@ -36,6 +36,9 @@ Layout (JSON values, as Kafka writes them)::
                                                       <id>'s metrics endpoint
                                                       (``http://host:port/metrics``), only while
                                                       its ``metrics.listener`` serves
+    /loglake/jobs/...                                clean-up job runs (bounded history per
+                                                      job) and next-due times
+                                                      (catalog/job_runs.py)
     /loglake/transactions/<p>/...                    transaction coordinator state: owner,
                                                       coordinator epoch, one znode per
                                                       transactional id (catalog/transactions.py)
@@ -134,6 +137,7 @@ if TYPE_CHECKING:
     from loglake.catalog.acls import AclStore
     from loglake.catalog.config_changes import ConfigChanges
     from loglake.catalog.entity_configs import EntityConfigStore
+    from loglake.catalog.job_runs import JobRunStore
     from loglake.catalog.transactions import TransactionStore
 
 log = logging.getLogger(__name__)
@@ -1130,6 +1134,12 @@ class ClusterCatalog:
         Blocking calls: use them off the event loop."""
         from loglake.catalog.entity_configs import EntityConfigStore
         return EntityConfigStore(self.zk)
+
+    def job_runs(self) -> JobRunStore:
+        """Run history and next-due times of the clean-up jobs (``/loglake/jobs``):
+        catalog/job_runs.py. Blocking calls: use them off the event loop."""
+        from loglake.catalog.job_runs import JobRunStore
+        return JobRunStore(self.zk)
 
     def config_changes(self) -> ConfigChanges:
         """``/config/changes`` notifications and full loads of user/client entity configs
