@@ -196,6 +196,9 @@ class KafkaServer:
             if size < 8 or size > max_size:
                 log.warning("closing %s: frame size %d outside [8, %d]", peer, size, max_size)
                 return
+            if (too_big := sasl_gate.admit_size(session, size)) is not None:
+                log.warning("closing %s: %s", peer, too_big)
+                return
             data = await self._read_frame(reader, holder, size)
             try:
                 response = await self._handle(data, peer, session)

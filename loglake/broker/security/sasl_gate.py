@@ -160,6 +160,21 @@ def _close(session: Session, why: str) -> None:
         session.close_connection()
 
 
+def admit_size(session: Session, size: int) -> str | None:
+    """Checked on a frame's size before its body is read: on a SASL listener before
+    authentication, a frame above ``sasl.server.max.receive.size`` closes the connection
+    unread (Kafka's SaslServerAuthenticator reads at most that much before a login), so an
+    unauthenticated client cannot make the broker buffer ``socket.request.max.bytes``."""
+    if session.authenticated or not uses_sasl(session.security_protocol):
+        return None
+    state = connection_state(session)
+    limit = state.settings.max_receive_size if state.settings is not None else None
+    if limit is not None and size > limit:
+        return (f"a frame of {size} bytes before SASL authentication exceeds "
+                f"sasl.server.max.receive.size ({limit})")
+    return None
+
+
 def admit(session: Session, api_key: int, now: float, size: int = 0) -> str | None:
     """None if the request may be handled; else why the connection must be closed.
     ``now`` is ``time.monotonic()``; ``size`` the frame's size in bytes."""
