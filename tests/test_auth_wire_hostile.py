@@ -339,9 +339,13 @@ def test_huge_tokens_close(hostile: Hostile, size: int) -> None:
         _handshake(wire, "PLAIN")
         wire.send_raw(wire.encode(36, 2, {"auth_bytes": b"\x00alice\x00" + b"x" * size}))
         assert wire.is_closed()
-    with _sasl(hostile) as wire:  # announced huge, never sent
+    with _sasl(hostile) as wire:  # announced huge, never sent: closed unread, at once
         wire.send_raw(struct.pack(">i", 100 << 20) + b"\x00\x24\x00\x02")
+        started = time.monotonic()
         assert wire.is_closed()
+        assert time.monotonic() - started < AUTH_TIMEOUT_MS / 1000 / 2, (
+            "an over-limit frame before authentication must close the connection before its "
+            "body is read, not at the authentication time limit")
     _good_clients(hostile)
 
 
