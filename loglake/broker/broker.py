@@ -70,6 +70,8 @@ from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.isr_manager import IsrManager
 from loglake.broker.log_manager import LogManager
 from loglake.broker.metadata_cache import MetadataCache
+from loglake.broker.metrics.http import MetricsEndpoint
+from loglake.broker.metrics.registry import BrokerMetrics
 from loglake.broker.partition import Role
 from loglake.broker.producer_ids import ProducerIds
 from loglake.broker.quotas.config_sync import QuotaConfigSync
@@ -121,7 +123,13 @@ class Broker:
         catalog = ClusterCatalog(config.zookeeper_connect,
                                  session_timeout=config.zookeeper_session_timeout_ms / 1000,
                                  auth=zookeeper_auth)
-        self.zk = ZkSession(catalog, broker_id=config.broker_id, stopped=self._is_stopping)
+        self.metrics = BrokerMetrics()  # recorded always; served with metrics.listener
+        self.metrics_endpoint: MetricsEndpoint | None = None
+        if config.metrics_listener is not None:
+            self.metrics_endpoint = MetricsEndpoint(self.metrics.registry,
+                                                    *config.metrics_listener)
+        self.zk = ZkSession(catalog, broker_id=config.broker_id, stopped=self._is_stopping,
+                            call_seconds=self.metrics.zookeeper.observe_call)
         self.metadata = MetadataCache()
         self.logs = LogManager(config.log_dir)
         self.replication_quotas = ReplicationQuotas(config.broker_id)
@@ -138,7 +146,8 @@ class Broker:
             stopping=self._is_stopping)
         self.replicas = ReplicaManager(config, metadata=self.metadata,
                                        lease_valid=self.zk.healthy, tier=self.tierer,
-                                       quotas=self.replication_quotas, clock=clock)
+                                       quotas=self.replication_quotas, clock=clock,
+                                       topic_metrics=self.metrics.topics)
         self.replica_states = ReplicaStates(
             broker_id=config.broker_id, replicas=self.replicas, logs=self.logs,
             metadata=self.metadata, fetchers=self.fetchers, zk=self.zk, spawn=self._spawn,
@@ -200,6 +209,10 @@ class Broker:
         await asyncio.to_thread(self.logs.sweep)
         await self.zk.start()
         self.zk.add_listener(self._on_zk_state)
+        self.metrics.zookeeper.set_state("connected")
+        self.zk.add_listener(self.metrics.zookeeper.on_session_event)
+        if self.metrics_endpoint is not None:  # bound before _register publishes its URL
+            await self.metrics_endpoint.start()
         self.metadata.cluster_id = await self.zk.step("reading the cluster id",
                                                       self.catalog.ensure_cluster_id)
         if self.acl_sync is not None:  # decisions need the ACLs before anyone can ask
@@ -220,7 +233,8 @@ class Broker:
                                storage.url, dict(storage.options))
         for coroutine in (self.replicas.flush_loop(), self.zk.lease_loop(self._on_not_registered),
                           self.isr.run(), self.controller.run(), self.groups.run(),
-                          self.tierer.run(), self.transactions.run()):
+                          self.tierer.run(), self.transactions.run(),
+                          self.metrics.event_loop.run()):
             self._tasks.append(asyncio.create_task(coroutine))
         self._running = True
         if self._rejoin_needed:  # the session changed while we were starting
@@ -238,6 +252,8 @@ class Broker:
         await self.fetchers.shutdown()
         self.tierer.close()
         self.replica_states.close_all()
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.stop()
         await self.zk.close()
 
     def _is_stopping(self) -> bool:
@@ -345,3 +361,5 @@ class Broker:
         info = BrokerInfo(self.config.broker_id, endpoints[0].host, endpoints[0].port,
                           self.config.rack, endpoints=endpoints)
         self.catalog.register_broker_waiting(info, stopped=self._is_stopping)
+        if self.metrics_endpoint is not None:  # ephemeral: again with every new session
+            self.catalog.publish_metrics_url(self.config.broker_id, self.metrics_endpoint.url)

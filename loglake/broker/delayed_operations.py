@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+from loglake.broker.metrics.request_timing import remote_begin, remote_end
 from loglake.broker.partition import Partition, Role
 from loglake.errors import NotEnoughReplicasAfterAppendError, NotLeaderError, RequestTimedOutError
 
@@ -70,8 +71,10 @@ async def await_change(partitions: Iterable[Partition], timeout: float) -> None:
     waiters = [partition.waiter() for partition in partitions]
     if not waiters:
         return
+    remote = remote_begin()  # the request's remote time (broker/metrics/request_timing.py)
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        remote_end(remote)
         for waiter in waiters:
             waiter.cancel()

@@ -26,7 +26,7 @@ log = logging.getLogger("loglake.broker")
 
 async def run(config: BrokerConfig) -> None:
     broker = Broker(config)
-    server = KafkaServer(broker.services)
+    server = KafkaServer(broker.services, request_metrics=broker.metrics.requests)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -101,6 +101,7 @@ from typing import TYPE_CHECKING, Protocol
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.delayed_operations import await_change, await_replication
+from loglake.broker.metrics.topic_metrics import BrokerTopicMetrics
 from loglake.broker.partition import Partition
 from loglake.broker.replication_quota import ReplicationQuotas
 from loglake.catalog.zookeeper import TopicMetadata
@@ -292,8 +293,12 @@ class ReplicaManager:
         tier: TierReader,
         quotas: ReplicationQuotas,
         clock: Callable[[], float] = time.time,
+        topic_metrics: BrokerTopicMetrics | None = None,
     ) -> None:
         self.config = config
+        # Kafka's BrokerTopicMetrics: counted where produces and fetches are answered
+        self.topic_metrics = topic_metrics if topic_metrics is not None else (
+            BrokerTopicMetrics())
         self.broker_id = config.broker_id
         self.metadata = metadata
         self.lease_valid = lease_valid
@@ -335,11 +340,14 @@ class ReplicaManager:
         """Append each ``(topic, partition, records)`` as leader and answer each, in order
         (see the module: acks, min.insync.replicas, the delayed produce). ``timeout`` is the
         request's, in seconds; ``api_version`` the Produce version (validation rules)."""
-        return list(await asyncio.gather(*(
+        results = list(await asyncio.gather(*(
             self._append(topic, index, records, acks=acks, timeout=max(timeout, 0.0),
                          api_version=api_version, transactional_id=transactional_id)
             for topic, index, records in entries
         )))
+        for result in results:
+            self.topic_metrics.produce_answered(result.topic, result.error != ErrorCode.none)
+        return results
 
     async def _append(self, topic: str, index: int, records: bytes | None, *, acks: int,
                       timeout: float, api_version: int,
@@ -361,6 +369,8 @@ class ReplicaManager:
                     f"{list(partition.isr)}, min.insync.replicas is {min_isr}."
                 )
             outcome = partition.append(bytes(records))
+            self.topic_metrics.appended(topic, outcome.last_offset - outcome.base_offset + 1,
+                                        len(records))
             if acks == -1:
                 await await_replication(partition, outcome.last_offset, min_isr, timeout)
         except LoglakeError as exc:
@@ -391,6 +401,10 @@ class ReplicaManager:
             remaining = deadline - loop.time()
             if (attempt.total >= params.min_bytes or attempt.failed or remaining <= 0
                     or not attempt.watched):
+                metrics = self.topic_metrics
+                for result in attempt.results:
+                    metrics.fetch_answered(result.topic, len(result.records),
+                                           result.error != ErrorCode.none)
                 return attempt.results
             await await_change(attempt.watched, remaining)
 

@@ -76,6 +76,8 @@ from loglake.broker.codec import (
 )
 from loglake.broker.error_responses import error_body
 from loglake.broker.handlers.metadata import api_versions_response
+from loglake.broker.metrics.request_metrics import RequestMetrics
+from loglake.broker.metrics.request_timing import RequestTiming
 from loglake.broker.quotas.enforcement import handle_with_quotas, wait_if_muted
 from loglake.broker.request_memory import (
     FRAME_CHUNK,
@@ -109,10 +111,14 @@ def preload_schemas() -> None:
 
 
 class KafkaServer:
-    def __init__(self, services: BrokerServices) -> None:
+    def __init__(self, services: BrokerServices, *,
+                 request_metrics: RequestMetrics | None = None) -> None:
         """Serve the Kafka protocol with the handlers of broker/apis.py, each given
-        ``services`` (the parts of the broker a handler may use)."""
+        ``services`` (the parts of the broker a handler may use); every answered request is
+        recorded in ``request_metrics`` (phases: broker/metrics/request_metrics.py)."""
         self.services = services
+        self.request_metrics = request_metrics if request_metrics is not None else (
+            RequestMetrics())
         self.config = services.config
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
@@ -200,8 +206,9 @@ class KafkaServer:
                 log.warning("closing %s: %s", peer, too_big)
                 return
             data = await self._read_frame(reader, holder, size)
+            timing = RequestTiming()
             try:
-                response = await self._handle(data, peer, session)
+                response = await self._handle(data, peer, session, timing)
             except FrameError as exc:
                 log.warning("closing %s: %s", peer, exc)
                 return
@@ -211,6 +218,7 @@ class KafkaServer:
             if response is not None:
                 writer.write(response)
                 await writer.drain()
+            timing.record(self.request_metrics)
             if session.muted_until:  # a client quota throttle (KIP-219): mute after the answer
                 await wait_if_muted(session)
 
@@ -233,7 +241,8 @@ class KafkaServer:
         return data
 
     async def _handle(self, data: FrameBytes, peer: object = None,
-                      session: Session | None = None) -> bytes | None:
+                      session: Session | None = None,
+                      timing: RequestTiming | None = None) -> bytes | None:
         api_key, version, correlation_id = decode_header(data)
         if session is not None and (reason := sasl_gate.admit(
                 session, api_key, time.monotonic(), len(data))) is not None:
@@ -251,6 +260,8 @@ class KafkaServer:
             frame = dataclasses.replace(frame, client_host=f"/{peer[0]}")
         if session is not None:
             frame = dataclasses.replace(frame, session=session)
+        if timing is not None:
+            timing.start(api_key, api.name, version)
         try:
             if self.services.quotas.enabled:
                 body = await handle_with_quotas(self.services.quotas, api.handler,
@@ -261,7 +272,12 @@ class KafkaServer:
             raise
         except Exception as exc:
             log.exception("%s v%d handler failed", api.name, version)
+            if timing is not None:
+                timing.finish(None, failed=True)
+                timing = None
             body = self._handler_error(api, version, frame, exc)
+        if timing is not None:
+            timing.finish(body)
         if body is None:
             return None
         try:

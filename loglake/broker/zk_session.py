@@ -43,6 +43,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from loglake.broker.metrics.request_timing import remote_begin, remote_end
 from loglake.catalog.zookeeper import (
     CatalogClosedError,
     ClusterCatalog,
@@ -64,8 +65,11 @@ class ZkSession:
     """One broker's ZooKeeper session (see the module docstring)."""
 
     def __init__(self, catalog: ClusterCatalog, *, broker_id: int,
-                 stopped: Callable[[], bool]) -> None:
+                 stopped: Callable[[], bool],
+                 call_seconds: Callable[[float], None] | None = None) -> None:
+        """``call_seconds(s)``: told the duration of every :meth:`call` (metrics)."""
         self.catalog = catalog
+        self._call_seconds = call_seconds
         self.broker_id = broker_id
         self._stopped = stopped
         self._lease_s = catalog.session_timeout / 3
@@ -119,7 +123,14 @@ class ZkSession:
         if self._closed:
             raise CatalogClosedError("the broker's ZooKeeper session is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(func, *args))
+        remote = remote_begin()  # a request's remote time (broker/metrics/request_timing.py)
+        started = time.perf_counter()
+        try:
+            return await loop.run_in_executor(self._executor, functools.partial(func, *args))
+        finally:
+            remote_end(remote)
+            if self._call_seconds is not None:
+                self._call_seconds(time.perf_counter() - started)
 
     async def step(self, what: str, func: Callable[..., T], *args: Any) -> T:
         """``func(*args)`` on the ``zk`` executor, called again while ZooKeeper is unavailable

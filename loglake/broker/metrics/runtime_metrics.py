@@ -73,6 +73,11 @@ class ZooKeeperMetrics:
         """``state``: one of ``ZK_STATES`` (kazoo's session states, lower case)."""
         self.state = state
 
+    def on_session_event(self, event: object) -> None:
+        """A ``ZkSession`` listener: ``SessionEvent`` -> the state exported."""
+        value = getattr(event, "value", str(event))
+        self.state = value if value in ("suspended", "lost") else "connected"
+
     def observe_call(self, seconds: float) -> None:
         self._cells.observe(seconds)
 

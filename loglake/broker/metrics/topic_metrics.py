@@ -9,7 +9,8 @@ Names are what Strimzi's JMX-exporter rules make of Kafka's MBeans
 What is counted where (as Kafka's ``ReplicaManager``):
 
 * ``messagesin`` / ``bytesin``: records and batch bytes appended by a leader for a produce
-  (not replication, not transaction markers), counted when the append succeeded;
+  (not replication, not transaction markers), counted at the append (an acks=all produce that
+  then times out was still appended);
 * ``totalproducerequests`` / ``failedproducerequests``: one per partition of a produce request,
   failed when the append was refused (any error);
 * ``bytesout``: record bytes a fetch response carries (consumers and followers, as Kafka);
@@ -55,38 +56,36 @@ class BrokerTopicMetrics:
             counts = self._topics[topic] = [0] * len(FAMILIES)
         return counts
 
-    def produced(self, topic: str, records: int, size: int) -> None:
-        """A successful append of ``records`` records in ``size`` bytes for a produce."""
+    def appended(self, topic: str, records: int, size: int) -> None:
+        """A leader appended ``records`` records in ``size`` bytes for a produce."""
         counts = self._counts(topic)
-        total = self._all
-        counts[PRODUCE] += 1
         counts[MESSAGES_IN] += records
         counts[BYTES_IN] += size
-        total[PRODUCE] += 1
+        total = self._all
         total[MESSAGES_IN] += records
         total[BYTES_IN] += size
 
-    def produce_failed(self, topic: str) -> None:
+    def produce_answered(self, topic: str, failed: bool) -> None:
+        """One partition of a produce request was answered (``failed``: with an error)."""
         counts = self._counts(topic)
         counts[PRODUCE] += 1
-        counts[FAILED_PRODUCE] += 1
         self._all[PRODUCE] += 1
-        self._all[FAILED_PRODUCE] += 1
+        if failed:
+            counts[FAILED_PRODUCE] += 1
+            self._all[FAILED_PRODUCE] += 1
 
-    def fetched(self, topic: str, size: int) -> None:
-        """A partition of a fetch answered with ``size`` record bytes (no error)."""
+    def fetch_answered(self, topic: str, size: int, failed: bool) -> None:
+        """One partition of a fetch was answered with ``size`` record bytes (``failed``: an
+        error)."""
         counts = self._counts(topic)
         counts[FETCH] += 1
         counts[BYTES_OUT] += size
-        self._all[FETCH] += 1
-        self._all[BYTES_OUT] += size
-
-    def fetch_failed(self, topic: str) -> None:
-        counts = self._counts(topic)
-        counts[FETCH] += 1
-        counts[FAILED_FETCH] += 1
-        self._all[FETCH] += 1
-        self._all[FAILED_FETCH] += 1
+        total = self._all
+        total[FETCH] += 1
+        total[BYTES_OUT] += size
+        if failed:
+            counts[FAILED_FETCH] += 1
+            total[FAILED_FETCH] += 1
 
     def forget_topic(self, topic: str) -> None:
         """The topic was deleted: drop its per-topic samples (Kafka removes its MBeans)."""
