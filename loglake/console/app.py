@@ -106,17 +106,14 @@ async def _healthz(_request: Request) -> Response:
 
 
 async def _http_error(request: Request, exc: Any) -> Response:
+    """Starlette's own refusals (no route, wrong method, a form over its limits) as pages."""
     status = int(getattr(exc, "status_code", 500))
     if status == 404:
         return not_found(f"no page at {request.url.path}", request)
-    response = error_response(exc, request)
-    response.status_code = status
+    detail = str(getattr(exc, "detail", "") or "") or "the request was refused"
     if status == 405:
-        detail = str(getattr(exc, "detail", "")) or "method not allowed"
-        response = error_response(ValueError(f"{request.method} {request.url.path}: {detail}"),
-                                  request)
-        response.status_code = 405
-    return response
+        detail = f"{request.method} is not allowed on {request.url.path}"
+    return error_response(ValueError(detail), request, status_code=status)
 
 
 async def _loglake_error(request: Request, exc: Exception) -> Response:
@@ -126,7 +123,6 @@ async def _loglake_error(request: Request, exc: Exception) -> Response:
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.error("console: %s %s failed: %r", request.method, request.url.path, exc,
               exc_info=exc)
-    response = error_response(RuntimeError(
-        f"the console could not answer {request.url.path}: {type(exc).__name__}"), request)
-    response.status_code = 500
-    return response
+    return error_response(RuntimeError(
+        f"the console could not answer {request.url.path}: {type(exc).__name__}"), request,
+        status_code=500)

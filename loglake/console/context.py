@@ -6,9 +6,11 @@ and kept in ``app.state.console``; :func:`console` fetches it from a request. It
 * ``catalog()`` — the ZooKeeper :class:`~loglake.catalog.zookeeper.ClusterCatalog` in tool mode
   (created on first use, in a worker thread; nothing is written to ZooKeeper through it except
   by explicit write methods a page calls on purpose).
-* ``admin()`` / ``bootstrap()`` — an SDK :class:`~loglake.client.Admin` (one per context, reused;
-  confluent-kafka's clients are thread-safe) and the bootstrap servers: the ``bootstrap``
-  given, else the registered brokers' first endpoints read from ZooKeeper.
+* ``admin()`` / ``producer()`` / ``bootstrap()`` — an SDK :class:`~loglake.client.Admin` and
+  :class:`~loglake.client.Producer` (one each per context, reused; confluent-kafka's clients
+  are thread-safe) and the bootstrap servers: the ``bootstrap`` given, else the registered
+  brokers' endpoints speaking the configured protocol, read from ZooKeeper. Consumers (the
+  message browser) are made per request and closed after it.
 * ``security`` — the client settings from ``--command-config`` (PLAINTEXT without one), handed
   to every SDK client the console builds.
 * ``templates`` — the Jinja2 environment of ``templates/``.
@@ -29,6 +31,7 @@ answer never carries a traceback; the message is HTML-escaped.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,7 +46,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.templating import Jinja2Templates
 
 from loglake.catalog.zookeeper import BrokerInfo, ClusterCatalog, ZooKeeperUnavailableError
-from loglake.client import Admin, SecurityConfig
+from loglake.client import Admin, Producer, SecurityConfig
 from loglake.errors import LoglakeError
 
 T = TypeVar("T")
@@ -71,6 +74,7 @@ class ConsoleContext:
     _catalog: ClusterCatalog | None = field(default=None, repr=False)
     _admin: Admin | None = field(default=None, repr=False)
     _admin_bootstrap: str | None = field(default=None, repr=False)
+    _producer: Producer | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- blocking accessors (call from a worker thread) --------------------------------------
@@ -117,9 +121,23 @@ class ConsoleContext:
                 self._admin_bootstrap = bootstrap
             return self._admin
 
+    def producer(self) -> Producer:
+        """The shared SDK producer of the produce form (blocking on first use; acks=all)."""
+        bootstrap = self.bootstrap()
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer(bootstrap, acks="all", linger_ms=0,
+                                          delivery_timeout_ms=int(SDK_TIMEOUT_S * 1000),
+                                          security=self.security, client_id="loglake-console")
+            return self._producer
+
     def close(self) -> None:
         """Release the clients (blocking)."""
         with self._lock:
+            if self._producer is not None:
+                with contextlib.suppress(LoglakeError):  # undelivered: nothing to do now
+                    self._producer.close(timeout=SDK_TIMEOUT_S)
+                self._producer = None
             if self._admin is not None:
                 self._admin.close()
                 self._admin = None
@@ -190,13 +208,13 @@ def not_found(message: str, request: Request | None = None) -> Response:
 
 
 def error_response(exc: BaseException, request: Request | None = None, *,
-                   doing: str | None = None) -> Response:
-    """``exc`` as an answer: its HTTP status (:func:`status_for`) and its one-line message,
-    prefixed by what was being done."""
+                   doing: str | None = None, status_code: int | None = None) -> Response:
+    """``exc`` as an answer: its HTTP status (``status_code``, else :func:`status_for`) and its
+    one-line message, prefixed by what was being done."""
     message = str(exc) or type(exc).__name__
     if doing:
         message = f"{doing}: {message}"
-    return _error_html(status_for(exc), message, request)
+    return _error_html(status_code or status_for(exc), message, request)
 
 
 _NOT_FOUND_CODES = frozenset({
