@@ -12,6 +12,11 @@ partition. ``compact`` (and ``jobs run`` when a partition is due) starts Spark: 
 
 ``jobs run --every 10m`` runs, every period, retention, compaction (due partitions only),
 optimize and vacuum; ``--max-runs`` bounds it (tests, cron-like one-shots).
+
+Every job run is recorded in ZooKeeper (catalog/job_runs.py; ``jobs run`` also records when
+each job is due next) and counted in Prometheus metrics (compaction/metrics.py), exported with
+``--metrics-textfile PATH`` (node-exporter textfile, rewritten after each run) and
+``--pushgateway URL``; ``jobs run`` also serves them on ``--metrics-port`` while it runs.
 """
 
 from __future__ import annotations
@@ -21,11 +26,19 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from loglake import addresses
 from loglake.compaction.common import Cluster, Progress
 from loglake.compaction.compact import run_compaction
+from loglake.compaction.metrics import (
+    JobMetrics,
+    JobRecorder,
+    MetricsExport,
+    default_instance,
+    serve_metrics,
+)
 from loglake.compaction.optimize import SMALL_BYTES, TARGET_BYTES, run_optimize
 from loglake.compaction.retention import run_retention
 from loglake.compaction.vacuum import DEFAULT_GRACE_HOURS, run_vacuum
@@ -35,6 +48,7 @@ from loglake.segments.storage import parse_storage_options
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+T = TypeVar("T")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -57,6 +71,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         if spark:
             parser.add_argument("--master", help="Spark master (default: spark-submit's, "
                                 "else local[*])")
+        parser.add_argument("--metrics-textfile", type=Path, metavar="PATH",
+                            help="write the job metrics here after each run (node-exporter "
+                            "textfile collector format; one file per command)")
+        parser.add_argument("--pushgateway", metavar="URL",
+                            help="push the job metrics to this Prometheus Pushgateway after "
+                            "each run")
 
     retention = subparsers.add_parser(
         "retention", help="drop tiered files past retention.ms / retention.bytes")
@@ -90,6 +110,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                      help="period between runs (default 10m)")
     run.add_argument("--max-runs", type=int, default=0,
                      help="stop after this many runs (default: run until interrupted)")
+    run.add_argument("--metrics-port", type=_port, metavar="PORT",
+                     help="serve /metrics on this port while running (0: any free port)")
+    run.add_argument("--metrics-host", default="127.0.0.1",
+                     help="address of --metrics-port (default 127.0.0.1)")
     run.set_defaults(handler=jobs_command)
 
 
@@ -98,6 +122,27 @@ def _grace(parser: argparse.ArgumentParser) -> None:
                         help="keep removed files this long for readers of older snapshots "
                         f"(at least the topic's file.delete.delay.ms; default "
                         f"{DEFAULT_GRACE_HOURS})")
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r} (0-65535)")
+    return int(text)
+
+
+def _recorder(args: argparse.Namespace, cluster: Cluster, command: str) -> JobRecorder:
+    """Run history in the cluster's ZooKeeper, metrics exported as the flags say."""
+    export = MetricsExport(textfile=args.metrics_textfile, pushgateway=args.pushgateway,
+                           instance=default_instance(command))
+    return JobRecorder(JobMetrics(), cluster.catalog.job_runs(), export=export)
+
+
+def _recorded(args: argparse.Namespace, cluster: Cluster, job: str, fn: Callable[[], T]) -> T:
+    recorder = _recorder(args, cluster, job)
+    try:
+        return recorder.run(job, fn, topic=args.topic, dry_run=args.dry_run)
+    finally:
+        recorder.export()
 
 
 def _cluster(args: argparse.Namespace) -> Cluster:
@@ -124,35 +169,42 @@ def spark_factory(master: str | None) -> Callable[[], SparkSession]:
 
 def retention_command(args: argparse.Namespace) -> int:
     with _cluster(args) as cluster:
-        run_retention(cluster, topic=args.topic, dry_run=args.dry_run)
+        _recorded(args, cluster, "retention",
+                  lambda: run_retention(cluster, topic=args.topic, dry_run=args.dry_run))
     return 0
 
 
 def compact_command(args: argparse.Namespace) -> int:
     with _cluster(args) as cluster:
-        run_compaction(cluster, spark=spark_factory(args.master), topic=args.topic,
-                       dry_run=args.dry_run)
+        _recorded(args, cluster, "compact", lambda: run_compaction(
+            cluster, spark=spark_factory(args.master), topic=args.topic, dry_run=args.dry_run))
     return 0
 
 
 def optimize_command(args: argparse.Namespace) -> int:
     with _cluster(args) as cluster:
-        run_optimize(cluster, topic=args.topic, dry_run=args.dry_run,
-                     small_bytes=args.small_bytes, target_bytes=args.target_bytes)
+        _recorded(args, cluster, "optimize", lambda: run_optimize(
+            cluster, topic=args.topic, dry_run=args.dry_run, small_bytes=args.small_bytes,
+            target_bytes=args.target_bytes))
     return 0
 
 
 def vacuum_command(args: argparse.Namespace) -> int:
     with _cluster(args) as cluster:
-        run_vacuum(cluster, topic=args.topic, grace=args.grace_hours, dry_run=args.dry_run)
+        _recorded(args, cluster, "vacuum", lambda: run_vacuum(
+            cluster, topic=args.topic, grace=args.grace_hours, dry_run=args.dry_run))
     return 0
+
+
+JOB_NAMES = ("retention", "compact", "optimize", "vacuum")
+"""The jobs of one scheduled run, in order (also their names in the run history)."""
 
 
 def run_all(cluster: Cluster, *, spark: Callable[[], SparkSession], topic: str | None = None,
             dry_run: bool = False, grace_hours: int = DEFAULT_GRACE_HOURS,
-            progress: Progress | None = None) -> None:
+            progress: Progress | None = None, recorder: JobRecorder | None = None) -> None:
     """One scheduled run: retention, compaction of due partitions, optimize, vacuum (a failing
-    job is reported and does not stop the others)."""
+    job is reported and does not stop the others); each job recorded by ``recorder``."""
     progress = progress or Progress()
     jobs: list[tuple[str, Callable[[], object]]] = [
         ("retention", lambda: run_retention(cluster, topic=topic, dry_run=dry_run,
@@ -166,7 +218,10 @@ def run_all(cluster: Cluster, *, spark: Callable[[], SparkSession], topic: str |
     ]
     for name, job in jobs:
         try:
-            job()
+            if recorder is not None:
+                recorder.run(name, job, topic=topic, dry_run=dry_run)
+            else:
+                job()
         except Exception as exc:  # report, keep the schedule going
             progress.line(f"{name}: failed: {exc}")
 
@@ -175,15 +230,31 @@ def jobs_command(args: argparse.Namespace) -> int:
     spark = spark_factory(args.master)
     runs = 0
     with _cluster(args) as cluster:
-        while True:
-            started = time.monotonic()
-            print(f"jobs: run {runs + 1} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}", flush=True)
-            run_all(cluster, spark=spark, topic=args.topic, dry_run=args.dry_run,
-                    grace_hours=args.grace_hours)
-            runs += 1
-            if args.max_runs and runs >= args.max_runs:
-                return 0
-            time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+        recorder = _recorder(args, cluster, "jobs-run")
+        stop_serving: Callable[[], None] | None = None
+        if args.metrics_port is not None:
+            url, stop_serving = serve_metrics(recorder.metrics, args.metrics_port,
+                                              args.metrics_host)
+            print(f"jobs: metrics at {url}", flush=True)
+        try:
+            while True:
+                started, started_wall = time.monotonic(), time.time()
+                print(f"jobs: run {runs + 1} at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}",
+                      flush=True)
+                run_all(cluster, spark=spark, topic=args.topic, dry_run=args.dry_run,
+                        grace_hours=args.grace_hours, recorder=recorder)
+                runs += 1
+                last = bool(args.max_runs and runs >= args.max_runs)
+                if not last:
+                    for job in JOB_NAMES:
+                        recorder.next_due(job, started_wall + args.every)
+                recorder.export()
+                if last:
+                    return 0
+                time.sleep(max(0.0, args.every - (time.monotonic() - started)))
+        finally:
+            if stop_serving is not None:
+                stop_serving()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

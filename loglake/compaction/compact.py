@@ -130,6 +130,7 @@ class CompactionResult:
     rows_in: int = 0
     rows_out: int = 0
     files_out: int = 0
+    bytes_out: int = 0
 
 
 def _rewrite_task(storage: Storage, plan_json: str) -> str:
@@ -194,6 +195,7 @@ def compact_topic(table: TieredTable, config: TopicConfig, partitions: Sequence[
                 result.committed = True
                 result.rows_in, result.rows_out = outcome.rows_in, outcome.rows_out
                 result.files_out = len(outcome.written)
+                result.bytes_out = sum(f.size for f in outcome.written)
                 progress.line(
                     f"compact {table.topic}-{outcome.partition}: {outcome.rows_in} -> "
                     f"{outcome.rows_out} records in {len(plan.files)} -> "

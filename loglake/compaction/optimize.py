@@ -59,6 +59,9 @@ class OptimizeResult:
     files_in: int = 0
     files_out: int = 0
     committed: bool = False
+    rows_in: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
 
 
 def optimize_partition(table: TieredTable, partition: int, *, dry_run: bool = False,
@@ -97,6 +100,9 @@ def optimize_partition(table: TieredTable, partition: int, *, dry_run: bool = Fa
             backoff(attempt)
             continue
         result.files_out, result.committed = len(written), True
+        result.rows_in = sum(f.num_records for f in inputs)
+        result.bytes_in = sum(f.size for f in inputs)
+        result.bytes_out = sum(f.size for f in written)
         progress.line(f"optimize {table.topic}-{partition}: packed {len(inputs)} file(s) into "
                       f"{len(written)}; offsets {offsets_text(inputs)}")
         return result
