@@ -70,8 +70,14 @@ from loglake.broker.groups.coordinator import GroupCoordinator
 from loglake.broker.isr_manager import IsrManager
 from loglake.broker.log_manager import LogManager
 from loglake.broker.metadata_cache import MetadataCache
+from loglake.broker.metrics.collectors import (
+    ConsumerLagCollector,
+    ReplicationCollector,
+    TierCollector,
+)
 from loglake.broker.metrics.http import MetricsEndpoint
 from loglake.broker.metrics.registry import BrokerMetrics
+from loglake.broker.metrics.state_counters import StateCounters
 from loglake.broker.partition import Role
 from loglake.broker.producer_ids import ProducerIds
 from loglake.broker.quotas.config_sync import QuotaConfigSync
@@ -130,6 +136,7 @@ class Broker:
                                                     *config.metrics_listener)
         self.zk = ZkSession(catalog, broker_id=config.broker_id, stopped=self._is_stopping,
                             call_seconds=self.metrics.zookeeper.observe_call)
+        self.state_counters = StateCounters(self.metrics.registry)  # ISR changes, tiering
         self.metadata = MetadataCache()
         self.logs = LogManager(config.log_dir)
         self.replication_quotas = ReplicationQuotas(config.broker_id)
@@ -143,7 +150,7 @@ class Broker:
         self.tierer = Tierer(
             config, zookeeper=self.zk, hosted=lambda: self.replicas.partitions,
             topic_config=lambda topic: self.metadata.topic_configs.get(topic), clock=clock,
-            stopping=self._is_stopping)
+            stopping=self._is_stopping, counters=self.state_counters)
         self.replicas = ReplicaManager(config, metadata=self.metadata,
                                        lease_valid=self.zk.healthy, tier=self.tierer,
                                        quotas=self.replication_quotas, clock=clock,
@@ -159,7 +166,7 @@ class Broker:
         self.isr = IsrManager(
             broker_id=config.broker_id, replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             replicas=self.replicas, metadata=self.metadata, zk=self.zk,
-            on_written=self.topic_sync.on_state)
+            on_written=self.topic_sync.on_state, counters=self.state_counters)
         self.producer_ids = ProducerIds(self.zk, config.broker_id)
         self.transactions = TransactionCoordinator(
             self.zk, self.metadata, config, allocate_producer_id=self.producer_ids.allocate,
@@ -184,6 +191,16 @@ class Broker:
             topic_admin=self.topic_sync, broker_configs=self.broker_configs,
             transactions=self.transactions, clock=clock, authorizer=self.authorizer,
             quotas=self.quotas)
+        # state metrics, read from the parts on the loop at scrape time
+        self.metrics.register_collector(ReplicationCollector(
+            hosted=lambda: self.replicas.partitions, metadata=self.metadata,
+            controller_active=lambda: self.controller.active,
+            log_start=self.tierer.known_log_start))
+        self.metrics.register_collector(ConsumerLagCollector(
+            committed=self.groups.committed_offsets, hosted=lambda: self.replicas.partitions))
+        self.metrics.register_collector(TierCollector(
+            state=self.tierer.state, hosted=lambda: self.replicas.partitions,
+            tiered=self.tierer.tiered, clock=clock))
         self._tasks: list[asyncio.Future[Any]] = []
         self._running = False  # start() finished
         self._rejoin: asyncio.Future[None] | None = None

@@ -32,11 +32,15 @@ Three collectors, each given only what it reads (narrow callables, never the Bro
 
 :class:`TierCollector` (loglake's own), for partitions of tiered topics this broker leads (the
 leader tiers) once the tierer knows its tiered end:
-    * ``loglake_tier_lag_records{topic, partition}``: offsets below the high watermark that the
-      table does not hold yet: ``high_watermark - max(tiered_end, log_start)`` (the active
-      segment included: the table trails the log by everything not in it, whatever the reason);
-    * ``loglake_tier_lag_seconds{topic, partition}``: the age of the oldest of those records:
-      now minus the timestamp of the first pending batch (its first record's timestamp, or the
+    * ``loglake_tier_lag_records{topic, partition}``: offsets of sealed segments the table does
+      not hold yet: ``active segment base - max(tiered_end, log_start)``, never below 0. The
+      active segment is not pending: nothing tiers it before it rolls (``segment.bytes``,
+      ``segment.ms`` bound that part of the table's delay), and counting it would make every
+      quiet topic look behind. Sealed segments waiting for the last stable offset (an open
+      transaction, followers behind) are pending. Same rule as the tiering status in ZooKeeper
+      (tier_writer.py), so the console, ``loglake tiering status`` and the metrics agree;
+    * ``loglake_tier_lag_seconds{topic, partition}``: the age of the oldest pending record: now
+      minus the timestamp of the first pending batch (its first record's timestamp, or the
       append time under ``LogAppendTime``); 0 when nothing is pending. The timestamp is read
       once per pending start (one batch header from the local log, then cached until tiering
       moves past it), so a scrape reads no disk in the steady state;
@@ -214,9 +218,10 @@ class TierCollector:
         tp = ["topic", "partition"]
         return {
             "records": _gauge("loglake_tier_lag_records",
-                              "Offsets below the high watermark not yet in the Delta table", tp),
+                              "Offsets of sealed segments not yet in the Delta table", tp),
             "seconds": _gauge("loglake_tier_lag_seconds",
-                              "Age of the oldest record not yet in the Delta table", tp),
+                              "Age of the oldest record of a sealed segment not yet in the "
+                              "Delta table (0: none pending)", tp),
             "version": _gauge("loglake_tier_table_version",
                               "Delta table version after this broker's last tier commit",
                               ["topic"]),
@@ -244,7 +249,7 @@ class TierCollector:
                 continue  # the tierer has not read the tiered end yet
             seen.add(key)
             pending = max(progress.tiered_end or 0, partition.log_start_offset)
-            records = max(0, partition.high_watermark - pending)
+            records = max(0, partition.log.segments[-1] - pending)  # up to the active base
             labels = [partition.topic, str(partition.index)]
             families["records"].add_metric(labels, records)
             if records == 0:
