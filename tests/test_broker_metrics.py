@@ -24,6 +24,7 @@ from loglake.broker.metrics.registry import BrokerMetrics
 from loglake.broker.metrics.request_timing import RequestTiming, remote_begin, remote_end
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.config import BrokerConfig
+from loglake.dev import cluster
 from loglake.dev.harness import DevCluster, wait_until
 from loglake.errors import InvalidConfigError
 
@@ -199,11 +200,12 @@ def test_bad_requests_get_a_message_never_a_traceback(
     scrape(metrics_url)  # still serving
 
 
-def test_endpoint_is_off_by_default(cluster: DevCluster) -> None:
+def test_endpoint_is_off_by_default(request: pytest.FixtureRequest) -> None:
+    plain: DevCluster = request.getfixturevalue("cluster")  # the shared default cluster
     assert BrokerConfig.from_properties(
         {"broker.id": "1", "zookeeper.connect": "x", "log.dirs": "/tmp/x"}).metrics_listener is None
-    assert metrics_urls(cluster) == {}
-    assert "metrics endpoint listening" not in cluster.broker_log(1)
+    assert metrics_urls(plain) == {}
+    assert "metrics endpoint listening" not in plain.broker_log(1)
 
 
 # ---------------------------------------------------------------- in process
@@ -274,3 +276,10 @@ def test_a_failing_collector_costs_only_its_own_families(tmp_path: Path) -> None
     metrics.register_collector(Broken())  # type: ignore[arg-type]
     text = generate_latest(metrics.registry).decode()
     assert "kafka_server_brokertopicmetrics_messagesin_total" in text
+
+
+def test_dev_cluster_info_prints_metrics_urls(tmp_path: Path) -> None:
+    info = cluster.ClusterInfo(tmp_path, (9092, 9093), (10092,), metrics=True)
+    assert info.summary_lines()[-1] == (
+        "metrics=http://127.0.0.1:11092/metrics,http://127.0.0.1:11093/metrics")
+    assert cluster.ClusterInfo(tmp_path, (9092,), (10092,)).metrics_urls == ()

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from kazoo.client import KazooClient
 
@@ -179,13 +180,17 @@ def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]
 
 def test_cli_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = str(tmp_path / "cli")
-    first = free_port_block(2)
+    first = free_port_block(2, also=(cluster.METRICS_PORT_OFFSET,))
     try:
         assert _run_cli("dev", "up", "--data", data, "--base-port", str(first),
                         "--zookeeper-port", str(first + 1),
                         "--broker-config", "zookeeper.session.timeout.ms=4000") == 0
+        metrics_url = f"http://127.0.0.1:{first + cluster.METRICS_PORT_OFFSET}/metrics"
         assert capsys.readouterr().out.splitlines() == [
-            f"bootstrap.servers=127.0.0.1:{first}", f"zookeeper=127.0.0.1:{first + 1}/loglake"]
+            f"bootstrap.servers=127.0.0.1:{first}", f"zookeeper=127.0.0.1:{first + 1}/loglake",
+            f"metrics={metrics_url}"]
+        scraped = httpx.get(metrics_url, timeout=10)  # dev up turns metrics on
+        assert "kafka_server_brokertopicmetrics_messagesin_total" in scraped.text
         assert _run_cli("dev", "kill", "--data", data, "--broker", "1") == 0
         assert _run_cli("dev", "status", "--data", data) == 0
         rows = capsys.readouterr().out.splitlines()

@@ -8,6 +8,8 @@
 user; librdkafka form: ``loglake --command-config``, ``kcat -F``) and
 ``java.command.config=...`` (Kafka's tools), and records the first in the profile, so later
 commands on this cluster log in as the admin without ``--command-config``;
+``dev up`` also turns the brokers' metrics on and prints ``metrics=<URL>,...`` (each broker's
+``/metrics``, on its port + 2000; ``--no-metrics`` leaves them off);
 ``dev down`` removes the profile while it names the cluster it stopped.
 
 Wiring: the main parser calls :func:`register` with its subparsers; every leaf parser sets
@@ -63,6 +65,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="sasl_ssl: TLS with a generated CA, SCRAM logins, an admin super user "
                          "and the ACL authorizer (default deny); prints the client properties "
                          "file (DIR/security/client.properties) that commands then use")
+    up.add_argument("--no-metrics", action="store_true",
+                    help="do not serve /metrics (by default each broker serves it on its "
+                         "port + 2000 and the URLs are printed as metrics=...)")
     up.set_defaults(handler=_up)
 
     status = commands.add_parser("status", help="show the recorded processes")
@@ -149,7 +154,7 @@ def _up(args: argparse.Namespace) -> int:
     info = cluster.up(args.data, brokers=args.brokers, base_port=args.base_port,
                       zookeeper_port=args.zookeeper_port, zookeepers=args.zookeepers,
                       broker_overrides=_overrides(args), timeout=args.timeout,
-                      security=args.security)
+                      security=args.security, metrics=not args.no_metrics)
     for line in info.summary_lines():
         print(line)
     command_config = None if info.client_properties is None else str(info.client_properties)

@@ -58,6 +58,9 @@ STATE_FORMAT = 1
 
 DEFAULT_BASE_PORT = 9092
 ZOOKEEPER_PORT_OFFSET = 1000
+METRICS_PORT_OFFSET = 2000
+"""With metrics on (``up(..., metrics=True)``, ``loglake dev up``): a broker's ``/metrics``
+port = its Kafka port + this."""
 """Default first ZooKeeper port = base port + this."""
 
 CHROOT = "/loglake"
@@ -93,6 +96,14 @@ class ClusterInfo:
     """Connection string (no chroot) of a ZooKeeper this cluster did not start, if any."""
     security: str | None = None
     """``sasl_ssl`` for a secured cluster (``up(..., security=...)``), else None (PLAINTEXT)."""
+    metrics: bool = False
+    """Whether the brokers serve ``/metrics`` (port: :data:`METRICS_PORT_OFFSET`)."""
+
+    @property
+    def metrics_urls(self) -> tuple[str, ...]:
+        """Each broker's scrape URL (empty without metrics)."""
+        return tuple(f"http://{net.LOOPBACK}:{port + METRICS_PORT_OFFSET}/metrics"
+                     for port in self.broker_ports) if self.metrics else ()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -115,6 +126,8 @@ class ClusterInfo:
         ZooKeeper connect string with the brokers' chroot, as ``--zookeeper`` needs it)."""
         lines = [f"bootstrap.servers={self.bootstrap_servers}",
                  f"zookeeper={self.zookeeper_connect}"]
+        if self.metrics:
+            lines.append(f"metrics={','.join(self.metrics_urls)}")
         if self.security is not None:
             lines += [f"security.protocol={self.security.upper()}",
                       f"command.config={self.client_properties}",
@@ -174,6 +187,7 @@ class _State:
     entries: list[_Entry]
     external_zookeeper: str | None = None
     security: str | None = None
+    metrics: bool = False
 
     def of(self, role: Role) -> list[_Entry]:
         return [entry for entry in self.entries if entry.role == role]
@@ -189,7 +203,7 @@ class _State:
     def info(self) -> ClusterInfo:
         return ClusterInfo(self.data_dir, tuple(e.port for e in self.of("broker")),
                            tuple(e.port for e in self.of("zookeeper")), self.chroot,
-                           self.external_zookeeper, self.security)
+                           self.external_zookeeper, self.security, self.metrics)
 
     def save(self) -> None:
         document = {
@@ -201,6 +215,8 @@ class _State:
             document["external_zookeeper"] = self.external_zookeeper
         if self.security is not None:
             document["security"] = self.security
+        if self.metrics:
+            document["metrics"] = True
         write_durably(self.data_dir / STATE_FILE, json.dumps(document, indent=2) + "\n")
 
 
@@ -217,7 +233,7 @@ def _load_state(data_dir: Path) -> _State | None:
         raise ClusterStateError(f"{path} has unknown format {document.get('format')!r}")
     entries = [_Entry(**raw) for raw in document["processes"]]
     return _State(data_dir, document["chroot"], entries, document.get("external_zookeeper"),
-                  document.get("security"))
+                  document.get("security"), bool(document.get("metrics", False)))
 
 
 def _require_state(data_dir: Path) -> _State:
@@ -422,6 +438,7 @@ def up(
     external_zookeeper: str | None = None,
     chroot: str = CHROOT,
     security: secure.Security | None = None,
+    metrics: bool = False,
 ) -> ClusterInfo:
     """Start ZooKeeper (``zookeepers`` members) and ``brokers`` brokers rooted in ``data_dir``.
 
@@ -429,7 +446,9 @@ def up(
     the brokers use that one under ``chroot``. ``security="sasl_ssl"`` makes a secured
     cluster (:mod:`loglake.dev.secure`: certificates, the admin user stored in ZooKeeper before
     any broker starts, SASL_SSL listeners, the ACL authorizer; ``broker_overrides`` still win);
-    the returned info names its client properties files.
+    the returned info names its client properties files. ``metrics``: every broker serves
+    ``/metrics`` on its port + :data:`METRICS_PORT_OFFSET` (``metrics.listener``; an override
+    of it wins); the info lists the URLs.
 
     Returns once every ZooKeeper member serves clients and every broker answers ApiVersions, each
     wait bounded by ``timeout`` seconds. Existing data in ``data_dir`` is reused. Refuses
@@ -462,6 +481,8 @@ def up(
         wanted = [base_port + index for index in range(brokers)]
         extra_ports = [port + offset for port in wanted
                        for offset in listener_port_offsets(broker_overrides)]
+        if metrics:
+            extra_ports += [port + METRICS_PORT_OFFSET for port in wanted]
         wanted += [server.client_port for server in servers]
         wanted += [port for server in servers[:1] for peer in server.peers
                    for port in (peer.peer_port, peer.election_port)]
@@ -478,7 +499,7 @@ def up(
                   f"overlap the kernel's ephemeral range {low}-{high}; prefer a base port "
                   f"below {low}", file=sys.stderr)
 
-        state = _State(data_dir, chroot, [], external_zookeeper, security)
+        state = _State(data_dir, chroot, [], external_zookeeper, security, metrics)
         try:
             zk_entries = []
             for server, command in zip(servers, zk_commands, strict=True):
@@ -504,8 +525,10 @@ def up(
                 port = base_port + broker_id - 1
                 config_path = data_dir / f"broker-{broker_id}" / "server.properties"
                 (data_dir / f"broker-{broker_id}" / "data").mkdir(parents=True, exist_ok=True)
+                metrics_url = f"http://{net.LOOPBACK}:{port + METRICS_PORT_OFFSET}"
+                listener = {"metrics.listener": metrics_url} if metrics else {}
                 write_durably(config_path, broker_properties(
-                    data_dir, broker_id, port, info.zookeeper_connect, overrides),
+                    data_dir, broker_id, port, info.zookeeper_connect, {**listener, **overrides}),
                     private=security is not None)
                 command = [sys.executable, "-m", "loglake", "broker", "start",
                            "--config", str(config_path)]
