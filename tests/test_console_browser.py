@@ -1,0 +1,364 @@
+"""The web console end to end: a real dev cluster (2 brokers with their metrics endpoints on),
+a real ``loglake console`` process, headless Chromium (tests/browser_util.py).
+
+Each test opens pages by URL or through the navigation, acts through the forms as a user
+would, and checks what the page shows, waiting with bounds for htmx's refreshes (every 2 s)
+instead of reloading; what a form changed is also checked on the cluster itself with a real
+client. A screenshot of each page is saved (tests/.artifacts/screenshots/<run>/ or
+``$LOGLAKE_SCREENSHOT_DIR``). The broker kill/restart test runs last in the module (it leaves
+the cluster as it found it).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from playwright.sync_api import expect
+
+from loglake.dev.harness import DevCluster, wait_until
+from tests.browser_util import (  # noqa: F401  (fixtures: browser, page)
+    BrowserPage,
+    ConsoleProcess,
+    _browser_fixture,
+    _page_fixture,
+    screenshot,
+)
+
+REFRESH_BOUND_MS = 30_000
+"""Bound for a live part of a page to show a change (htmx polls every 2 s; a loaded box)."""
+BROKER_CHANGE_BOUND_MS = 45_000
+"""Bound for a killed broker to show unhealthy / a restarted one healthy again."""
+
+
+@dataclass
+class ConsoleEnv:
+    dev: DevCluster
+    console: ConsoleProcess
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.dev.bootstrap_servers})
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Iterator[ConsoleEnv]:
+    data: Path = tmp_path_factory.mktemp("console-browser")
+    with DevCluster(data / "dev", brokers=2, zookeeper=zookeeper_hosts,
+                    broker_overrides={"metrics.listener": "http://127.0.0.1:0"}) as dev, \
+            ConsoleProcess(dev.zookeeper_connect, data / "console") as console:
+        yield ConsoleEnv(dev, console)
+        assert console.alive(), f"the console died during the tests:\n{console.log()}"
+        assert "Traceback" not in console.log(), console.log()
+
+
+@pytest.fixture
+def ui(page: BrowserPage, env: ConsoleEnv) -> BrowserPage:
+    page.base_url = env.console.url
+    return page
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def mark_page(ui: BrowserPage) -> None:
+    """Tag the loaded document: :func:`assert_not_reloaded` fails if the page was reloaded
+    or navigated away since (what changed came from htmx's fragment refreshes)."""
+    ui.page.evaluate("window.__loglakeMark = 'kept'")
+
+
+def assert_not_reloaded(ui: BrowserPage) -> None:
+    assert ui.page.evaluate("window.__loglakeMark") == "kept", "the page was reloaded"
+
+
+# -- overview ----------------------------------------------------------------------------------
+
+
+def test_overview_shows_brokers_controller_and_health(ui: BrowserPage, env: ConsoleEnv) -> None:
+    response = ui.goto("/")
+    assert response is not None and response.status == 200
+    page = ui.page
+    for broker_id in (1, 2):
+        row = page.locator(f"#broker-{broker_id}")
+        expect(row).to_have_attribute("data-health", "healthy", timeout=REFRESH_BOUND_MS)
+        expect(row).to_contain_text(str(env.dev.broker_port(broker_id)))
+        expect(row).to_contain_text("127.0.0.1")
+        # the brokers' metrics endpoints are on: the console reached each one
+        expect(row.locator("a.ok", has_text="reachable")).to_be_visible()
+    expect(page.locator("#brokers-healthy")).to_have_text("2 / 2")
+    controller = page.locator("#controller").inner_text().strip()
+    assert controller in ("1", "2"), controller
+    expect(page.locator(f"#broker-{controller}")).to_contain_text("controller")
+    # the navigation names every part of the console
+    nav = page.locator("nav.main")
+    for label in ("Overview", "Topics", "Consumer groups", "Tiering", "Jobs", "Security"):
+        expect(nav.get_by_role("link", name=label)).to_be_visible()
+    expect(nav.get_by_role("link", name="Overview")).to_have_attribute("aria-current", "page")
+    screenshot(page, "overview")
+
+
+# -- topics ------------------------------------------------------------------------------------
+
+
+def test_topics_page_lists_a_topic_with_partitions_and_rf(ui: BrowserPage,
+                                                          env: ConsoleEnv) -> None:
+    name = unique("listed")
+    env.dev.create_topic(name, partitions=2, replication_factor=2)
+    ui.goto("/")
+    ui.page.locator("nav.main").get_by_role("link", name="Topics").click()
+    ui.page.wait_for_url("**/topics")
+    row = ui.page.locator(f"#topic-{name}")
+    expect(row).to_be_visible(timeout=REFRESH_BOUND_MS)
+    cells = row.locator("td")
+    expect(cells.nth(1)).to_have_text("2")
+    expect(cells.nth(2)).to_have_text("2")
+    screenshot(ui.page, "topics")
+
+
+def test_create_topic_through_the_form(ui: BrowserPage, env: ConsoleEnv) -> None:
+    name = unique("created")
+    ui.goto("/topics")
+    mark_page(ui)
+    form = ui.page.locator("#create-topic")
+    form.locator("input[name=name]").fill(name)
+    form.locator("input[name=partitions]").fill("3")
+    form.locator("input[name=replication_factor]").fill("2")
+    form.locator("textarea[name=configs]").fill("retention.ms=3600000\ncleanup.policy=delete")
+    form.get_by_role("button", name="Create").click()
+    expect(ui.page.locator("#create-result")).to_contain_text(f"Created topic {name}")
+    # the table shows it on its next refresh, without a reload
+    row = ui.page.locator(f"#topic-{name}")
+    expect(row).to_be_visible(timeout=REFRESH_BOUND_MS)
+    expect(row.locator("td").nth(1)).to_have_text("3")
+    expect(row.locator("td").nth(2)).to_have_text("2")
+    expect(row).to_contain_text("3600000")
+    assert_not_reloaded(ui)
+    screenshot(ui.page, "topics-created")
+    # and the cluster has it as asked
+    metadata = env.admin().list_topics(topic=name, timeout=10)
+    topic = metadata.topics[name]
+    assert topic.error is None, topic.error
+    assert len(topic.partitions) == 3
+    assert {len(p.replicas) for p in topic.partitions.values()} == {2}
+
+
+def test_create_topic_refusals_show_the_message(ui: BrowserPage, env: ConsoleEnv) -> None:
+    name = unique("twice")
+    env.dev.create_topic(name, partitions=1, replication_factor=1)
+    ui.goto("/topics")
+    form = ui.page.locator("#create-topic")
+    result = ui.page.locator("#create-result")
+    # the cluster refuses: the topic exists
+    form.locator("input[name=name]").fill(name)
+    form.get_by_role("button", name="Create").click()
+    expect(result).to_contain_text("already exists")
+    # the console refuses: a malformed config line
+    form.locator("input[name=name]").fill(unique("badconfig"))
+    form.locator("textarea[name=configs]").fill("this is not a config")
+    form.get_by_role("button", name="Create").click()
+    expect(result).to_contain_text("is not key=value")
+    # more replicas than brokers
+    form.locator("textarea[name=configs]").fill("")
+    form.locator("input[name=replication_factor]").fill("3")
+    form.get_by_role("button", name="Create").click()
+    expect(result.locator(".error")).to_be_visible()
+    screenshot(ui.page, "topics-refused")
+    assert "Traceback" not in ui.page.content()
+
+
+# -- topic page: partitions, message browser, produce form -----------------------------------
+
+
+BASE_TS_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+RECORDS = 30
+
+
+def produce_records(env: ConsoleEnv, topic: str, partition: int) -> None:
+    """``RECORDS`` records to ``partition``: record i has key ``k<i>``, timestamp
+    ``BASE_TS_MS + i s``, a header ``seq: <i>``, and a value that is JSON (i % 3 == 0),
+    text (1) or bytes that are not UTF-8 (2)."""
+    producer = Producer({"bootstrap.servers": env.dev.bootstrap_servers, "linger.ms": 5})
+    errors: list[str] = []
+    for i in range(RECORDS):
+        value = (json.dumps({"n": i, "name": f"rec{i}"}).encode() if i % 3 == 0
+                 else f"plain text {i}".encode() if i % 3 == 1
+                 else bytes([0x00, 0xFF, 0x10, i]))
+        producer.produce(topic, value=value, key=f"k{i}".encode(), partition=partition,
+                         timestamp=BASE_TS_MS + i * 1000, headers=[("seq", str(i).encode())],
+                         on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
+    assert producer.flush(30) == 0, "records not delivered"
+    assert not errors, errors
+
+
+def record_row(ui: BrowserPage, offset: int) -> Any:
+    return ui.page.locator(f"#records #record-{offset}")
+
+
+def test_topic_page_partitions_and_message_browser(ui: BrowserPage, env: ConsoleEnv) -> None:
+    name = unique("browsed")
+    env.dev.create_topic(name, partitions=2, replication_factor=2)
+    env.dev.wait_topic_ready(name, partitions=2)
+    produce_records(env, name, partition=0)
+    # reached from the topics list
+    ui.goto("/topics")
+    ui.page.locator(f"#topic-{name} a").click()
+    ui.page.wait_for_url(f"**/topics/{name}")
+    page = ui.page
+    expect(page.locator("#topic-name")).to_have_text(name)
+    p0 = page.locator("#partitions #partition-0")
+    expect(p0.locator(".high-watermark")).to_have_text(str(RECORDS), timeout=REFRESH_BOUND_MS)
+    expect(p0.locator(".log-start")).to_have_text("0")
+    replicas = p0.locator("td").nth(2).inner_text()
+    assert sorted(replicas.replace(" ", "").split(",")) == ["1", "2"], replicas
+    expect(page.locator("#partitions #partition-1 .high-watermark")).to_have_text("0")
+    screenshot(page, "topic")
+
+    # from offset 0, 10 a page, values shown as they are (auto)
+    browse = page.locator("#browse")
+    browse.locator("select[name=partition]").select_option("0")
+    browse.locator("input[name=offset]").fill("0")
+    browse.locator("input[name=limit]").fill("10")
+    browse.get_by_role("button", name="Browse").click()
+    expect(record_row(ui, 0)).to_be_visible()
+    expect(page.locator("#records tbody tr")).to_have_count(10)
+    first = record_row(ui, 0)
+    expect(first.locator("td.key pre")).to_have_text("k0")
+    expect(first.locator("td.value pre")).to_have_attribute("data-kind", "json")
+    assert json.loads(first.locator("td.value pre").inner_text()) == {"n": 0, "name": "rec0"}
+    expect(first.locator("td.headers")).to_contain_text("seq")
+    expect(first.locator("td.headers code")).to_have_text("0")
+    expect(first.locator("td[data-ms]")).to_have_attribute("data-ms", str(BASE_TS_MS))
+    expect(first.locator("td[data-ms]")).to_contain_text("2026-01-01")
+    expect(record_row(ui, 1).locator("td.value pre")).to_have_text("plain text 1")
+    expect(record_row(ui, 2).locator("td.value pre")).to_have_attribute("data-kind", "hex")
+    expect(record_row(ui, 2).locator("td.value pre")).to_have_text("00 ff 10 02")
+    screenshot(page, "topic-browse-offset")
+
+    # paging: next, next (the last 10), previous
+    page.locator("#page-next").click()
+    expect(record_row(ui, 10)).to_be_visible()
+    expect(record_row(ui, 0)).to_have_count(0)
+    page.locator("#page-next").click()
+    expect(record_row(ui, 29)).to_be_visible()
+    expect(page.locator("#records tbody tr")).to_have_count(10)
+    page.locator("#page-previous").click()
+    expect(record_row(ui, 10)).to_be_visible()
+    expect(record_row(ui, 29)).to_have_count(0)
+
+    # from a time: the first record at or after it
+    browse.locator("input[name=offset]").fill("")
+    browse.locator("input[name=timestamp]").fill(str(BASE_TS_MS + 14_500))
+    browse.get_by_role("button", name="Browse").click()
+    expect(page.locator("#records tbody tr").first).to_have_attribute("data-offset", "15")
+    browse.locator("input[name=timestamp]").fill("2026-01-01T00:00:20Z")
+    browse.get_by_role("button", name="Browse").click()
+    expect(page.locator("#records tbody tr").first).to_have_attribute("data-offset", "20")
+    screenshot(page, "topic-browse-timestamp")
+
+    # the same records as hex, then JSON
+    browse.locator("input[name=timestamp]").fill("")
+    browse.locator("input[name=offset]").fill("0")
+    browse.locator("select[name=format]").select_option("hex")
+    browse.get_by_role("button", name="Browse").click()
+    expect(record_row(ui, 1).locator("td.value pre")).to_have_attribute("data-kind", "hex")
+    expect(record_row(ui, 1).locator("td.value pre")).to_have_text(
+        b"plain text 1".hex(" "))
+    expect(record_row(ui, 0).locator("td.key pre")).to_have_text(b"k0".hex(" "))
+    screenshot(page, "topic-browse-hex")
+    browse.locator("select[name=format]").select_option("json")
+    browse.get_by_role("button", name="Browse").click()
+    expect(record_row(ui, 3).locator("td.value pre")).to_have_attribute("data-kind", "json")
+    expect(record_row(ui, 3).locator("td.value pre")).to_contain_text('"name": "rec3"')
+
+    # a bad value in the browse form: the message, no records
+    browse.locator("input[name=timestamp]").fill("not a time")
+    browse.get_by_role("button", name="Browse").click()
+    expect(page.locator("#messages .error")).to_contain_text("timestamp")
+
+    # any offset by URL: the page opens on it
+    ui.goto(f"/topics/{name}?partition=0&offset=25&limit=10")
+    expect(record_row(ui, 25)).to_be_visible()
+    expect(page.locator("#records tbody tr")).to_have_count(RECORDS - 25)
+    expect(page.locator("#page-next")).to_have_count(0)
+
+
+def test_produce_form_then_see_the_message(ui: BrowserPage, env: ConsoleEnv) -> None:
+    name = unique("produced")
+    env.dev.create_topic(name, partitions=2, replication_factor=2)
+    env.dev.wait_topic_ready(name, partitions=2)
+    ui.goto(f"/topics/{name}")
+    mark_page(ui)
+    page = ui.page
+    form = page.locator("#produce")
+    form.locator("input[name=key]").fill("user-42")
+    form.locator("textarea[name=value]").fill('{"event": "signup", "ok": true}')
+    form.locator("textarea[name=headers]").fill("trace: abc123\nsource: browser")
+    form.locator("input[name=partition]").fill("1")
+    form.get_by_role("button", name="Produce").click()
+    result = page.locator("#produce-result .notice")
+    expect(result).to_contain_text(f"Produced to {name} partition 1 at offset 0")
+    # the partitions table counts it on its next refresh, without a reload
+    expect(page.locator("#partitions #partition-1 .high-watermark")).to_have_text(
+        "1", timeout=REFRESH_BOUND_MS)
+    assert_not_reloaded(ui)
+    screenshot(page, "topic-produced")
+    result.get_by_role("link", name="Show it").click()
+    page.wait_for_url("**offset=0**")
+    row = record_row(ui, 0)
+    expect(row.locator("td.key pre")).to_have_text("user-42")
+    expect(row.locator("td.value pre")).to_have_attribute("data-kind", "json")
+    assert json.loads(row.locator("td.value pre").inner_text()) == {"event": "signup",
+                                                                    "ok": True}
+    expect(row.locator("td.headers")).to_contain_text("trace")
+    expect(row.locator("td.headers")).to_contain_text("abc123")
+    expect(row.locator("td.headers")).to_contain_text("browser")
+    screenshot(page, "topic-produced-shown")
+    # the record is on the cluster as produced
+    consumer = Consumer({"bootstrap.servers": env.dev.bootstrap_servers,
+                         "group.id": unique("check"), "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(name, 1, 0)])
+        message = wait_until(lambda: _good(consumer.poll(1.0)), 30, "the produced record")
+    finally:
+        consumer.close()
+    assert message.key() == b"user-42"
+    assert json.loads(message.value()) == {"event": "signup", "ok": True}
+    assert message.headers() == [("trace", b"abc123"), ("source", b"browser")]
+
+
+def _good(message: Any) -> Any:
+    return message if message is not None and message.error() is None else None
+
+
+# -- broker failure (last: it kills and restarts a broker) -------------------------------------
+
+
+def test_killed_broker_turns_unhealthy_and_recovers_without_reload(
+        ui: BrowserPage, env: ConsoleEnv) -> None:
+    ui.goto("/")
+    mark_page(ui)
+    page = ui.page
+    victim = 2
+    row = page.locator(f"#broker-{victim}")
+    expect(row).to_have_attribute("data-health", "healthy", timeout=REFRESH_BOUND_MS)
+    env.dev.kill_broker(victim)
+    try:
+        expect(row).to_have_attribute("data-health", "unhealthy",
+                                      timeout=BROKER_CHANGE_BOUND_MS)
+        expect(page.locator("#brokers-healthy")).to_have_text("1 / 2")
+        expect(page.locator("#broker-1")).to_have_attribute("data-health", "healthy")
+        screenshot(page, "overview-broker-killed")
+    finally:
+        env.dev.start_broker(victim)
+    expect(row).to_have_attribute("data-health", "healthy", timeout=BROKER_CHANGE_BOUND_MS)
+    expect(page.locator("#brokers-healthy")).to_have_text("2 / 2")
+    assert_not_reloaded(ui)
+    screenshot(page, "overview-broker-recovered")
+    wait_until(lambda: env.dev.broker_alive(victim), 10, "the restarted broker runs")
