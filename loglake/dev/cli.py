@@ -10,6 +10,8 @@ user; librdkafka form: ``loglake --command-config``, ``kcat -F``) and
 commands on this cluster log in as the admin without ``--command-config``;
 ``dev up`` also turns the brokers' metrics on and prints ``metrics=<URL>,...`` (each broker's
 ``/metrics``, on its port + 2000; ``--no-metrics`` leaves them off);
+``dev up`` starts the web console too (``loglake console`` on the base port + 3000, printed as
+``console=<URL>``; ``--no-console`` leaves it out);
 ``dev down`` removes the profile while it names the cluster it stopped.
 
 Wiring: the main parser calls :func:`register` with its subparsers; every leaf parser sets
@@ -68,6 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--no-metrics", action="store_true",
                     help="do not serve /metrics (by default each broker serves it on its "
                          "port + 2000 and the URLs are printed as metrics=...)")
+    up.add_argument("--no-console", action="store_true",
+                    help="do not start the web console (by default `loglake console` runs on "
+                         "the base port + 3000 and its URL is printed as console=...)")
     up.set_defaults(handler=_up)
 
     status = commands.add_parser("status", help="show the recorded processes")
@@ -154,7 +159,8 @@ def _up(args: argparse.Namespace) -> int:
     info = cluster.up(args.data, brokers=args.brokers, base_port=args.base_port,
                       zookeeper_port=args.zookeeper_port, zookeepers=args.zookeepers,
                       broker_overrides=_overrides(args), timeout=args.timeout,
-                      security=args.security, metrics=not args.no_metrics)
+                      security=args.security, metrics=not args.no_metrics,
+                      console=not args.no_console)
     for line in info.summary_lines():
         print(line)
     command_config = None if info.client_properties is None else str(info.client_properties)

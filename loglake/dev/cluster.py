@@ -39,6 +39,7 @@ import re
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ from loglake.dev.errors import ClusterStateError, DevError, StartupError
 from loglake.dev.process import ProcessHandle
 from loglake.dev.zookeeper import ZooKeeperServer, ensemble_peers
 
-Role = Literal["broker", "zookeeper"]
+Role = Literal["broker", "zookeeper", "console"]
 
 STATE_FILE = "dev-cluster.json"
 LOCK_FILE = "dev-cluster.lock"
@@ -59,6 +60,9 @@ STATE_FORMAT = 1
 DEFAULT_BASE_PORT = 9092
 ZOOKEEPER_PORT_OFFSET = 1000
 METRICS_PORT_OFFSET = 2000
+CONSOLE_PORT_OFFSET = 3000
+"""With the console on (``up(..., console=True)``, ``loglake dev up``): its HTTP port = the
+base port + this (``loglake console`` as a recorded process, stopped first by ``down``)."""
 """With metrics on (``up(..., metrics=True)``, ``loglake dev up``): a broker's ``/metrics``
 port = its Kafka port + this."""
 """Default first ZooKeeper port = base port + this."""
@@ -98,6 +102,13 @@ class ClusterInfo:
     """``sasl_ssl`` for a secured cluster (``up(..., security=...)``), else None (PLAINTEXT)."""
     metrics: bool = False
     """Whether the brokers serve ``/metrics`` (port: :data:`METRICS_PORT_OFFSET`)."""
+    console_port: int | None = None
+    """The web console's port when ``up`` started one."""
+
+    @property
+    def console_url(self) -> str | None:
+        return None if self.console_port is None else (
+            f"http://{net.LOOPBACK}:{self.console_port}/")
 
     @property
     def metrics_urls(self) -> tuple[str, ...]:
@@ -128,6 +139,8 @@ class ClusterInfo:
                  f"zookeeper={self.zookeeper_connect}"]
         if self.metrics:
             lines.append(f"metrics={','.join(self.metrics_urls)}")
+        if self.console_url is not None:
+            lines.append(f"console={self.console_url}")
         if self.security is not None:
             lines += [f"security.protocol={self.security.upper()}",
                       f"command.config={self.client_properties}",
@@ -203,7 +216,8 @@ class _State:
     def info(self) -> ClusterInfo:
         return ClusterInfo(self.data_dir, tuple(e.port for e in self.of("broker")),
                            tuple(e.port for e in self.of("zookeeper")), self.chroot,
-                           self.external_zookeeper, self.security, self.metrics)
+                           self.external_zookeeper, self.security, self.metrics,
+                           next((e.port for e in self.of("console")), None))
 
     def save(self) -> None:
         document = {
@@ -365,7 +379,17 @@ def _spawn(state: _State, entry: _Entry, *, port_wait: float = 0.0) -> None:
     state.save()
 
 
+def _console_ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{net.LOOPBACK}:{port}/healthz", timeout=1.0) as got:
+            return bool(got.status == 200)
+    except OSError:
+        return False
+
+
 def _ready(entry: _Entry) -> bool:
+    if entry.role == "console":
+        return _console_ready(entry.port)
     if entry.role == "broker":
         return net.kafka_api_versions_ok(entry.port, tls_ca=entry.tls_ca or None)
     return net.zookeeper_is_serving(entry.port)
@@ -439,6 +463,7 @@ def up(
     chroot: str = CHROOT,
     security: secure.Security | None = None,
     metrics: bool = False,
+    console: bool = False,
 ) -> ClusterInfo:
     """Start ZooKeeper (``zookeepers`` members) and ``brokers`` brokers rooted in ``data_dir``.
 
@@ -446,7 +471,9 @@ def up(
     the brokers use that one under ``chroot``. ``security="sasl_ssl"`` makes a secured
     cluster (:mod:`loglake.dev.secure`: certificates, the admin user stored in ZooKeeper before
     any broker starts, SASL_SSL listeners, the ACL authorizer; ``broker_overrides`` still win);
-    the returned info names its client properties files. ``metrics``: every broker serves
+    the returned info names its client properties files. ``console``: also run
+    ``loglake console`` on the base port + :data:`CONSOLE_PORT_OFFSET` (ready when its
+    ``/healthz`` answers; the info names its URL). ``metrics``: every broker serves
     ``/metrics`` on its port + :data:`METRICS_PORT_OFFSET` (``metrics.listener``; an override
     of it wins); the info lists the URLs.
 
@@ -483,6 +510,8 @@ def up(
                        for offset in listener_port_offsets(broker_overrides)]
         if metrics:
             extra_ports += [port + METRICS_PORT_OFFSET for port in wanted]
+        if console:
+            extra_ports.append(base_port + CONSOLE_PORT_OFFSET)
         wanted += [server.client_port for server in servers]
         wanted += [port for server in servers[:1] for peer in server.peers
                    for port in (peer.peer_port, peer.election_port)]
@@ -539,6 +568,17 @@ def up(
                 broker_entries.append(entry)
                 _spawn(state, entry)
             _wait_ready(broker_entries, timeout)
+            if console:
+                command = [sys.executable, "-m", "loglake", "console", "--zookeeper",
+                           info.zookeeper_connect, "--port",
+                           str(base_port + CONSOLE_PORT_OFFSET)]
+                if security is not None:
+                    command += ["--command-config", str(state.info().client_properties)]
+                entry = _Entry("console", 1, base_port + CONSOLE_PORT_OFFSET, command,
+                               str(data_dir / "logs" / "console.log"), _broker_env())
+                state.entries.append(entry)
+                _spawn(state, entry)
+                _wait_ready([entry], timeout)
         except BaseException:
             _stop_all(state, timeout=5.0)
             (data_dir / STATE_FILE).unlink(missing_ok=True)
@@ -560,8 +600,9 @@ def status(data_dir: Path) -> list[ProcessStatus]:
 
 
 def _stop_all(state: _State, *, timeout: float) -> None:
-    """SIGTERM brokers, wait ``timeout`` s, SIGKILL stragglers; then the same for ZooKeeper."""
-    roles: tuple[Role, ...] = ("broker", "zookeeper")
+    """SIGTERM the console and brokers, wait ``timeout`` s, SIGKILL stragglers; then the same
+    for ZooKeeper."""
+    roles: tuple[Role, ...] = ("console", "broker", "zookeeper")
     for role in roles:
         handles = [entry.handle for entry in state.of(role) if entry.pid > 0]
         process.terminate(handles, grace=timeout)
