@@ -6,23 +6,27 @@ stats (:func:`stats_of`) go to :meth:`JobRunStore.record_end` and to the metrics
 Recording is best effort: ZooKeeper trouble while recording prints one warning line and never
 fails the job; a failing job is recorded as ``failed`` and its exception goes on.
 
-Metrics (one :class:`JobMetrics` registry per job process; ``job`` label = the job name)::
+Metrics (one :class:`JobMetrics` registry per job process; label ``cleanup_job`` = the job
+name, not ``job``: Prometheus owns ``job`` (the scrape job, and the Pushgateway overwrites a
+pushed ``job`` label with its grouping key's), so a ``job`` label would be lost)::
 
-    loglake_job_runs_total{job,outcome}              runs ended, outcome success|failed
-    loglake_job_duration_seconds{job}                histogram of run durations
-    loglake_job_rows_rewritten_total{job}            rows written again by compact/optimize
-    loglake_job_bytes_reclaimed_total{job}           table bytes no longer referenced:
+    loglake_job_runs_total{cleanup_job,outcome}      runs ended, outcome success|failed
+    loglake_job_duration_seconds{cleanup_job}        histogram of run durations
+    loglake_job_rows_rewritten_total{cleanup_job}    rows written again by compact/optimize
+    loglake_job_bytes_reclaimed_total{cleanup_job}   table bytes no longer referenced:
                                                      retention's dropped files, compact's and
                                                      optimize's input minus output bytes (never
                                                      below 0). vacuum deletes those files later
                                                      and counts only files (its bytes were
                                                      counted when they left the table)
-    loglake_job_files_added_total{job}, loglake_job_files_removed_total{job}
+    loglake_job_files_added_total{cleanup_job}, loglake_job_files_removed_total{cleanup_job}
                                                      files added to / removed from the table
                                                      (vacuum: files deleted from storage)
-    loglake_job_last_success_timestamp_seconds{job}  end time of the last successful run
-    loglake_job_running{job}                         1 while the job runs
-    loglake_job_next_run_timestamp_seconds{job}      ``jobs run --every``: next scheduled run
+    loglake_job_last_success_timestamp_seconds{cleanup_job}
+                                                     end time of the last successful run
+    loglake_job_running{cleanup_job}                 1 while the job runs
+    loglake_job_next_run_timestamp_seconds{cleanup_job}
+                                                     ``jobs run --every``: next scheduled run
 
 A dry run (``--dry-run``) is recorded in the history (stats ``dry_run: 1``, nothing counted as
 rewritten or reclaimed) and counted in ``loglake_job_runs_total``; it does not move
@@ -62,6 +66,8 @@ from loglake.compaction.vacuum import VacuumResult
 
 T = TypeVar("T")
 PUSHGATEWAY_JOB = "loglake-jobs"
+JOB_LABEL = "cleanup_job"
+"""The label naming the job (``job`` belongs to Prometheus: module docstring)."""
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, float("inf"))
 ERROR_TEXT_LIMIT = 500
 """Characters of a failure's message kept in the run history."""
@@ -71,30 +77,29 @@ class JobMetrics:
     """The job metrics of one process, in their own registry (module docstring)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
+        self.registry = r = CollectorRegistry()
+        job = [JOB_LABEL]
         self.runs = Counter("loglake_job_runs", "Clean-up job runs ended, by outcome",
-                            ["job", "outcome"], registry=r)
+                            [JOB_LABEL, "outcome"], registry=r)
         self.duration = Histogram("loglake_job_duration_seconds",
-                                  "Duration of clean-up job runs", ["job"],
+                                  "Duration of clean-up job runs", job,
                                   buckets=DURATION_BUCKETS, registry=r)
         self.rows_rewritten = Counter("loglake_job_rows_rewritten",
-                                      "Rows written again by clean-up jobs", ["job"], registry=r)
+                                      "Rows written again by clean-up jobs", job, registry=r)
         self.bytes_reclaimed = Counter("loglake_job_bytes_reclaimed",
                                        "Table bytes no longer referenced after clean-up jobs",
-                                       ["job"], registry=r)
+                                       job, registry=r)
         self.files_added = Counter("loglake_job_files_added",
-                                   "Files added to the tables by clean-up jobs", ["job"],
-                                   registry=r)
+                                   "Files added to the tables by clean-up jobs", job, registry=r)
         self.files_removed = Counter("loglake_job_files_removed",
-                                     "Files removed by clean-up jobs", ["job"], registry=r)
+                                     "Files removed by clean-up jobs", job, registry=r)
         self.last_success = Gauge("loglake_job_last_success_timestamp_seconds",
-                                  "End time of the last successful run (Unix seconds)",
-                                  ["job"], registry=r)
-        self.running = Gauge("loglake_job_running", "1 while the clean-up job runs", ["job"],
+                                  "End time of the last successful run (Unix seconds)", job,
+                                  registry=r)
+        self.running = Gauge("loglake_job_running", "1 while the clean-up job runs", job,
                              registry=r)
         self.next_run = Gauge("loglake_job_next_run_timestamp_seconds",
-                              "When jobs run --every runs the job next (Unix seconds)", ["job"],
+                              "When jobs run --every runs the job next (Unix seconds)", job,
                               registry=r)
 
     def observe(self, job: str, outcome: str, seconds: float, stats: Mapping[str, Any], *,
