@@ -25,11 +25,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 import loglake
-from loglake.catalog.zookeeper import BrokerInfo, ClusterCatalog
+from loglake.catalog.zookeeper import BrokerInfo
 from loglake.client import _wire
 from loglake.client.security import SecurityConfig
 from loglake.console.context import ConsoleContext, blocking, client_endpoint, console, render
-from loglake.errors import LoglakeError
 
 PROBE_TIMEOUT_S = 2.0
 API_VERSIONS = (18, 0)
@@ -73,18 +72,6 @@ class Overview:
     console_version: str = loglake.__version__
 
 
-def metrics_urls(catalog: ClusterCatalog) -> dict[int, str]:
-    """The metrics URL each broker published (contract: ``/loglake/metrics/<id>``), read through
-    the catalog's accessor when the catalog has one; empty otherwise."""
-    reader = getattr(catalog, "metrics_urls", None)
-    if reader is None:
-        return {}
-    try:
-        return {int(k): str(v) for k, v in dict(reader()).items()}
-    except LoglakeError:
-        return {}
-
-
 def _probe(row: BrokerHealth, security: SecurityConfig) -> None:
     if row.registered:
         try:
@@ -119,7 +106,7 @@ def snapshot(ctx: ConsoleContext) -> Overview:
     registered = catalog.brokers()
     controller = catalog.controller_id()
     states = catalog.all_partition_states()
-    urls = metrics_urls(catalog)
+    urls = catalog.metrics_urls()
     seen: dict[int, BrokerInfo] = dict(ctx.extras.get("overview.seen", {}))
     seen.update(registered)
     ctx.extras["overview.seen"] = seen
