@@ -1,4 +1,4 @@
-"""Named crash points for fault-injection tests.
+"""Named crash points and hold points for fault-injection tests.
 
 A process (broker or clean-up job) started with ``LOGLAKE_CRASH_AT=<point>[,<point>...]`` in its
 environment SIGKILLs itself the first time it reaches one of those points, so tests can cut a

@@ -54,6 +54,12 @@ tiering status command): tiered end, table start, local start, high watermark, l
 and seconds, quarantined rows, failures; published at once when the tiered end moved, otherwise
 at most once every STATUS_INTERVAL_S.
 
+Metrics (broker/metrics/state_counters.py, collectors.py): each landed tier commit is counted
+per topic with the duration of its Delta commit (step 3), and the table's version, live files
+and bytes are read from the writer's snapshot afterwards (a worker thread) into the topic's
+``TopicTier`` for the scrape. The hold point ``tier-before-write`` (loglake/faults.py) lets a
+test keep sealed segments untiered.
+
 DeleteRecords (:meth:`TierWriter.delete_records`, on the leader, before its local log start
 moves): the partition's rows below the new log start leave the table in one commit
 (segments/tier_delete.py), which also moves the tiered end up to it when it is beyond, so no
