@@ -12,6 +12,10 @@ the cluster as it found it).
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -335,6 +339,174 @@ def test_produce_form_then_see_the_message(ui: BrowserPage, env: ConsoleEnv) -> 
 
 def _good(message: Any) -> Any:
     return message if message is not None and message.error() is None else None
+
+
+# -- consumer groups: list, group page with lag chart, reset offsets ---------------------------
+
+
+def consume_and_commit(env: ConsoleEnv, group: str, topic: str, count: int) -> None:
+    """Read ``count`` records of ``topic`` as ``group``, commit, leave the group (Empty)."""
+    consumer = Consumer({"bootstrap.servers": env.dev.bootstrap_servers, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        seen: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < count and time.monotonic() < deadline:
+            message = _good(consumer.poll(0.5))
+            if message is not None:
+                seen.append(message)
+        assert len(seen) >= count, f"read {len(seen)} of {count} records"
+        last = seen[count - 1]
+        consumer.commit(offsets=[TopicPartition(topic, last.partition(), last.offset() + 1)],
+                        asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def committed_offset(env: ConsoleEnv, group: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": env.dev.bootstrap_servers, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+def test_groups_page_group_lag_chart_and_reset_offsets(ui: BrowserPage,
+                                                       env: ConsoleEnv) -> None:
+    topic, group = unique("grouped"), unique("group")
+    env.dev.create_topic(topic, partitions=1, replication_factor=2)
+    env.dev.wait_topic_ready(topic, partitions=1)
+    produce_records(env, topic, partition=0)
+    consume_and_commit(env, group, topic, 10)
+    page = ui.page
+    # the list shows the group, Empty, 20 behind
+    ui.goto("/groups")
+    row = page.locator(f'#groups tr[data-group="{group}"]')
+    expect(row).to_be_visible(timeout=REFRESH_BOUND_MS)
+    expect(row.locator(".state")).to_have_text("Empty")
+    expect(row.locator(".lag")).to_have_text(str(RECORDS - 10), timeout=REFRESH_BOUND_MS)
+    screenshot(page, "groups")
+    row.get_by_role("link", name=group).click()
+    page.wait_for_url(f"**/groups/{group}")
+    mark_page(ui)
+    expect(page.locator("#group-id")).to_have_text(group)
+    expect(page.locator("#group-state")).to_have_text("Empty")
+    partition = page.locator(f'#group-partitions tr[data-partition="{topic}:0"]')
+    expect(partition.locator(".committed")).to_have_text("10")
+    expect(partition.locator(".lag")).to_have_text(str(RECORDS - 10))
+    # the lag chart (Chart.js) draws the sampled lag
+    chart = page.locator("#lag-chart")
+    expect(chart).to_have_attribute("data-series", re.compile(r"^[1-9]"),
+                                    timeout=REFRESH_BOUND_MS)
+    expect(chart).to_have_attribute("data-points", re.compile(r"^[1-9]"))
+    assert page.evaluate("() => Chart.getChart(document.getElementById('lag-chart')) !== "
+                         "undefined")
+    screenshot(page, "group")
+
+    # a dry run shows the new offset and changes nothing
+    form = page.locator("#reset-offsets")
+    form.locator("input[name=topic]").fill(topic)
+    form.locator("select[name=to]").select_option("offset")
+    form.locator("input[name=offset]").fill("5")
+    form.get_by_role("button", name="Preview (dry run)").click()
+    expect(page.locator("#reset-preview")).to_be_visible()
+    preview = page.locator(f'#reset-rows tr[data-partition="{topic}:0"]')
+    expect(preview.locator(".new")).to_have_text("5")
+    assert committed_offset(env, group, topic) == 10
+    screenshot(page, "group-reset-preview")
+    # the reset: the table follows on its next refresh, without a reload
+    form.get_by_role("button", name="Reset").click()
+    expect(page.locator("#reset-done")).to_be_visible()
+    expect(partition.locator(".committed")).to_have_text("5", timeout=REFRESH_BOUND_MS)
+    expect(partition.locator(".lag")).to_have_text(str(RECORDS - 5))
+    assert committed_offset(env, group, topic) == 5
+    # to the earliest offset
+    form.locator("select[name=to]").select_option("earliest")
+    form.get_by_role("button", name="Reset").click()
+    expect(partition.locator(".committed")).to_have_text("0", timeout=REFRESH_BOUND_MS)
+    assert committed_offset(env, group, topic) == 0
+    assert_not_reloaded(ui)
+    screenshot(page, "group-reset-done")
+
+    # a group with a member is refused, with the reason
+    member = Consumer({"bootstrap.servers": env.dev.bootstrap_servers, "group.id": group,
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        member.subscribe([topic])
+        wait_until(lambda: member.poll(0.2) is not None or bool(member.assignment()), 60,
+                   "the consumer joined the group")
+        expect(page.locator("#group-members")).to_have_text("1", timeout=REFRESH_BOUND_MS)
+        form.locator("select[name=to]").select_option("latest")
+        form.get_by_role("button", name="Reset").click()
+        expect(page.locator("#reset-result .error")).to_contain_text("member")
+        screenshot(page, "group-reset-refused")
+    finally:
+        member.close()
+    assert committed_offset(env, group, topic) == 0
+
+
+# -- tiering, jobs, security -------------------------------------------------------------------
+
+
+def test_tiering_page_shows_topics_and_partitions(ui: BrowserPage, env: ConsoleEnv) -> None:
+    topic = unique("tiered")
+    env.dev.create_topic(topic, partitions=2, replication_factor=2)
+    env.dev.wait_topic_ready(topic, partitions=2)
+    ui.goto("/")
+    ui.page.locator("nav.main").get_by_role("link", name="Tiering").click()
+    ui.page.wait_for_url("**/tiering")
+    page = ui.page
+    expect(page.locator(f'#tier-topics tr[data-topic="{topic}"]')).to_be_visible(
+        timeout=REFRESH_BOUND_MS)
+    for partition in (0, 1):
+        expect(page.locator(f'#tier-partitions tr[data-partition="{topic}:{partition}"]')
+               ).to_be_visible()
+    expect(page.locator("#tier-storage")).not_to_be_empty()
+    screenshot(page, "tiering")
+
+
+def test_jobs_page_shows_a_job_run(ui: BrowserPage, env: ConsoleEnv) -> None:
+    topic = unique("jobbed")
+    env.dev.create_topic(topic, partitions=1, replication_factor=1)
+    env.dev.wait_topic_ready(topic, partitions=1)
+    done = subprocess.run(
+        [sys.executable, "-m", "loglake", "retention", "--zookeeper", env.dev.zookeeper_connect,
+         "--topic", topic], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ui.goto("/jobs")
+    page = ui.page
+    job = page.locator('#jobs tr[data-job="retention"]')
+    expect(job).to_be_visible(timeout=REFRESH_BOUND_MS)
+    expect(job.locator(".outcome")).to_contain_text("success")
+    expect(page.locator("#job-runs")).to_contain_text(topic)
+    screenshot(page, "jobs")
+
+
+def test_security_page_adds_and_removes_an_acl(ui: BrowserPage, env: ConsoleEnv) -> None:
+    topic, user = unique("guarded"), unique("User:alice")
+    ui.goto("/security")
+    page = ui.page
+    mark_page(ui)
+    form = page.locator("#add-acl")
+    form.locator("select[name=resource_type]").select_option("Topic")
+    form.locator("input[name=name]").fill(topic)
+    form.locator("input[name=principal]").fill(user)
+    form.locator("select[name=operation]").select_option("Read")
+    form.locator("select[name=permission]").select_option("Allow")
+    form.get_by_role("button", name="Add").click()
+    acl = page.locator(f'#acls tr[data-acl="Topic:{topic}:{user}:Read:Allow"]')
+    expect(acl).to_be_visible(timeout=REFRESH_BOUND_MS)
+    screenshot(page, "security")
+    # a malformed principal is refused with the reason
+    form.locator("input[name=principal]").fill("alice-without-type")
+    form.get_by_role("button", name="Add").click()
+    expect(page.locator("#acl-result .error")).to_be_visible()
+    acl.get_by_role("button", name="Remove").click()
+    expect(acl).to_have_count(0, timeout=REFRESH_BOUND_MS)
+    assert_not_reloaded(ui)
 
 
 # -- broker failure (last: it kills and restarts a broker) -------------------------------------
