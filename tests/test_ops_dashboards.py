@@ -162,8 +162,31 @@ def test_alert_rules_structure() -> None:
 
 
 def scrape_names(text: str) -> set[str]:
-    return {sample.name for family in text_string_to_metric_families(text)
-            for sample in family.samples}
+    return set(scrape_labels(text))
+
+
+def scrape_labels(text: str) -> dict[str, set[str]]:
+    """Metric (sample) name -> every label name its samples carry."""
+    found: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, set()).update(sample.labels)
+    return found
+
+
+TARGET_LABELS = {"instance", "job"}
+"""Labels Prometheus attaches to every scraped series."""
+
+
+def grouping_labels(expr: str) -> set[str]:
+    """Label names of the ``by (...)`` / ``without (...)`` clauses of an expression."""
+    return {label.strip() for clause in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr)
+            for label in clause.split(",") if label.strip()}
+
+
+def test_grouping_labels_parser() -> None:
+    assert grouping_labels("histogram_quantile(0.9, sum by (le, request) (rate(x[5m]))) / "
+                           "sum without(instance) (y)") == {"le", "request", "instance"}
 
 
 @pytest.fixture(scope="module")
@@ -244,3 +267,16 @@ def test_every_metric_named_is_exported(metrics_dev: DevCluster, tmp_path: Path)
 
     wait_until(all_exported, 60, lambda: "named by the dashboard or alerts but not exported: "
                f"{sorted(last.get('missing', ()))}")
+
+    # every label an expression groups by is carried by one of the metrics it names
+    labels = scrape_labels(httpx.get(url, timeout=10).text)
+    for path in [*textfiles, failing, scheduled]:
+        for name, names in scrape_labels(path.read_text()).items():
+            labels.setdefault(name, set()).update(names)
+    exprs = dashboard_expressions() + [str(rule["expr"]) for rule in alert_rules()]
+    unknown = {}
+    for expr in exprs:
+        carried = TARGET_LABELS.union(*(labels.get(n, set()) for n in metric_names(expr)))
+        if grouping_labels(expr) - carried:
+            unknown[expr] = sorted(grouping_labels(expr) - carried)
+    assert not unknown, f"grouped by labels no named metric carries: {unknown}"
