@@ -186,3 +186,48 @@ def test_oversized_and_malformed_forms(console: ConsoleProcess, http: httpx.Clie
     assert_refused(http.delete("/topics"), 405)
     assert_refused(http.put(f"/topics/{topic}"), 405)
     assert_still_up(console, http)
+
+
+def test_operations_pages_refuse_bad_input(console: ConsoleProcess, http: httpx.Client,
+                                           topic: str) -> None:
+    """Groups, jobs, security: unknown and malformed names and forms over real HTTP."""
+    missing = "no-such-group-" + "q" * 8
+    for path in (f"/groups/{missing}", f"/fragments/group/{missing}"):
+        assert_refused(http.get(path, headers=HTMX if "fragments" in path else {}), 404,
+                       "does not exist")
+    assert_refused(http.get("/groups/" + "g" * 5000), 400, "longer than")
+    assert_refused(http.get(f"/charts/group/{'g' * 5000}"), 400)
+    for target in (b"/groups/%ff%fe", b"/fragments/group/%00"):
+        status, body = raw_get(console, target)
+        assert 400 <= status < 500, (target, status, body[:300])
+        assert b"Traceback" not in body
+    reset = f"/actions/reset-offsets/{missing}"
+    # (a group without offsets may get its first ones, as Kafka's tool allows; not so for an
+    # unknown topic)
+    assert_refused(http.post(reset, data={"topic": "no-such-topic", "to": "earliest",
+                                          "action": "apply"}, headers=HTMX), 404)
+    assert_refused(http.post(reset, data={"topic": "x" * 300, "to": "earliest"},
+                             headers=HTMX), 400)
+    assert_refused(http.post(reset, data={"topic": topic, "to": "offset",
+                                          "offset": "9" * 100}, headers=HTMX), 400)
+    assert_refused(http.post(reset, data={"topic": topic, "to": "earliest",
+                                          "partitions": ",".join(["1"] * 10_000)},
+                             headers=HTMX), 400)
+    assert_refused(http.post(reset, data={"topic": "t" + "x" * (1 << 20)}, headers=HTMX),
+                   (400, 413))
+    assert_refused(http.get("/jobs", params={"job": "../../etc/passwd"}), 400)
+    assert_refused(http.get("/jobs", params={"job": "x" * 10_000}), 400)
+    acl = {"resource_type": "Topic", "name": topic, "pattern_type": "LITERAL",
+           "principal": "User:alice", "host": "*", "operation": "Read", "permission": "Allow"}
+    for bad in ({"resource_type": "Planet"}, {"pattern_type": "MATCH"},
+                {"principal": "alice"}, {"principal": ""}, {"permission": "Maybe"},
+                {"name": "x" * 10_000}):
+        assert_refused(http.post("/actions/acls/add", data={**acl, **bad}, headers=HTMX),
+                       (400, 413))
+    assert_refused(http.post("/actions/acls/remove", data={**acl, "operation": "Fly"},
+                             headers=HTMX), 400)
+    assert_refused(http.post("/actions/acls/add", files={"name": ("a", b"b")}, headers=HTMX),
+                   (400, 413))
+    for page in ("/groups", "/tiering", "/jobs", "/security"):
+        assert http.get(page).status_code == 200, page
+    assert_still_up(console, http)

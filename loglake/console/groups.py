@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from loglake.client import Admin, BrokerError, GroupDescription
+from loglake.console.cluster_data import valid_topic_name
 from loglake.console.context import (
     ConsoleContext,
     blocking,
@@ -170,6 +171,9 @@ def parse_reset(form: Mapping[str, Any]) -> ResetRequest:
     topic = form_value(form, "topic", max_length=300)
     if not topic:
         raise ValueError("name the topic whose offsets to reset")
+    if not valid_topic_name(topic):
+        raise ValueError(f"invalid topic name {topic[:80]!r}: use 1-249 letters, digits, '.', "
+                         "'_' or '-'")
     to = form_value(form, "to", max_length=20)
     if to not in RESET_TARGETS:
         raise ValueError(f"reset to one of {', '.join(RESET_TARGETS)}, got {to[:20]!r}")
