@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource
 from playwright.sync_api import expect
 
 from loglake.dev.harness import DevCluster, wait_until
@@ -339,6 +339,57 @@ def test_produce_form_then_see_the_message(ui: BrowserPage, env: ConsoleEnv) -> 
 
 def _good(message: Any) -> Any:
     return message if message is not None and message.error() is None else None
+
+
+def test_alter_config_and_delete_topic_through_the_forms(ui: BrowserPage,
+                                                          env: ConsoleEnv) -> None:
+    name = unique("altered")
+    env.dev.create_topic(name, partitions=1, replication_factor=1)
+    env.dev.wait_topic_ready(name, partitions=1)
+    ui.goto(f"/topics/{name}")
+    page = ui.page
+    form = page.locator("#alter-config")
+    form.locator("textarea[name=set]").fill("retention.ms=7200000\nsegment.bytes=2097152")
+    form.get_by_role("button", name="Alter configs").click()
+    expect(page.locator("#config-result .notice")).to_contain_text("retention.ms")
+    resource = ConfigResource("topic", name)
+    admin = env.admin()
+
+    def configs() -> Any:
+        return admin.describe_configs([resource])[resource].result(timeout=10)
+
+    wait_until(lambda: configs()["retention.ms"].value == "7200000", 30,
+               "retention.ms altered on the cluster")
+    assert configs()["segment.bytes"].value == "2097152"
+    # refused: an unknown config, with the broker's reason
+    form.locator("textarea[name=set]").fill("no.such.config=1")
+    form.get_by_role("button", name="Alter configs").click()
+    expect(page.locator("#config-result .error")).to_contain_text("no.such.config")
+    # reset to the default
+    form.locator("textarea[name=set]").fill("")
+    form.locator("input[name=delete]").fill("retention.ms")
+    form.get_by_role("button", name="Alter configs").click()
+    expect(page.locator("#config-result .notice")).to_be_visible()
+    wait_until(lambda: configs()["retention.ms"].is_default, 30,
+               "retention.ms back to its default")
+    ui.goto(f"/topics/{name}")
+    expect(page.locator("#configs")).to_contain_text("2097152")
+    screenshot(page, "topic-configs")
+    # delete: the name must be typed
+    delete = page.locator("#delete-topic")
+    delete.locator("input[name=confirm]").fill("wrong")
+    delete.get_by_role("button", name="Delete topic").click()
+    expect(page.locator("#delete-result .error")).to_contain_text("confirm")
+    delete.locator("input[name=confirm]").fill(name)
+    delete.get_by_role("button", name="Delete topic").click()
+    expect(page.locator("#delete-result .notice")).to_contain_text(f"Deleted topic {name}")
+    wait_until(lambda: name not in admin.list_topics(timeout=10).topics, 30,
+               "the topic is gone from the cluster")
+    ui.goto("/topics")
+    expect(page.locator(f"#topic-{name}")).to_have_count(0, timeout=REFRESH_BOUND_MS)
+    response = ui.goto(f"/topics/{name}")
+    assert response is not None and response.status == 404
+    expect(page.locator(".error")).to_contain_text("does not exist")
 
 
 # -- consumer groups: list, group page with lag chart, reset offsets ---------------------------
