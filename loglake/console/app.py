@@ -30,7 +30,16 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from loglake.client import SecurityConfig
-from loglake.console import overview, topic_page, topics
+from loglake.console import (
+    groups,
+    jobs,
+    overview,
+    sampler,
+    security,
+    tiering,
+    topic_page,
+    topics,
+)
 from loglake.console.context import (
     STATIC_DIR,
     TEMPLATES_DIR,
@@ -44,7 +53,8 @@ from loglake.errors import LoglakeError
 
 log = logging.getLogger(__name__)
 
-PAGE_MODULES: tuple[ModuleType, ...] = (overview, topics, topic_page)
+PAGE_MODULES: tuple[ModuleType, ...] = (overview, topics, topic_page, groups, tiering, jobs,
+                                         security, sampler)
 """Every module contributing pages (CONSOLE2's modules are added here)."""
 
 
