@@ -20,7 +20,6 @@ from loglake.broker.security.principal import KafkaPrincipal
 from loglake.broker.security.session import Session
 from loglake.broker.zk_session import ZkSession
 from loglake.catalog.acls import (
-    CHANGE_EXPIRATION_MS,
     AclStore,
     StoredAcl,
     StoredResource,
@@ -29,6 +28,7 @@ from loglake.catalog.acls import (
     encode_acls,
     encode_change,
 )
+from loglake.catalog.change_notifications import CHANGE_EXPIRATION_MS
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.dev.harness import wait_until_async
 from loglake.errors import InvalidRequestError

@@ -44,6 +44,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
+from loglake.catalog.change_notifications import purge, sequences
 from loglake.catalog.zookeeper import _typed_errors
 from loglake.errors import InvalidRequestError
 
@@ -53,7 +54,6 @@ PREFIXED_ROOT = "/kafka-acl-extended/prefixed"
 LITERAL_CHANGES = "/kafka-acl-changes"
 EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 UPDATE_ATTEMPTS = 20
 LITERAL = "LITERAL"
 PREFIXED = "PREFIXED"
@@ -392,30 +392,12 @@ class AclStore:
         """Remove change notifications older than :data:`CHANGE_EXPIRATION_MS` (Kafka's
         ``ZkNodeChangeNotificationListener.purgeObsoleteNotifications``); several brokers may
         do it at once. Returns how many this call removed."""
-        now_ms = time.time() * 1000 if now_ms is None else now_ms
-        removed = 0
         with _typed_errors("removing old ACL change notifications"):
-            for path in (LITERAL_CHANGES, EXTENDED_CHANGES):
-                for seq in sorted(self._sequences(path)):
-                    node = f"{path}/{CHANGE_PREFIX}{seq:010d}"
-                    stat = self.zk.exists(node)
-                    if stat is None:
-                        continue
-                    if now_ms - stat.ctime <= CHANGE_EXPIRATION_MS:
-                        break  # younger ones follow
-                    try:
-                        self.zk.delete(node)
-                        removed += 1
-                    except NoNodeError:
-                        pass
-        return removed
+            return sum(purge(self.zk, path, CHANGE_PREFIX, now_ms=now_ms)
+                       for path in (LITERAL_CHANGES, EXTENDED_CHANGES))
 
     def _sequences(self, path: str) -> list[int]:
-        out = []
-        for child in self._children(path):
-            if child.startswith(CHANGE_PREFIX) and child[len(CHANGE_PREFIX):].isdigit():
-                out.append(int(child[len(CHANGE_PREFIX):]))
-        return out
+        return sequences(self.zk, path, CHANGE_PREFIX)
 
     def _children(self, path: str) -> list[str]:
         try:

@@ -20,7 +20,6 @@ beyond kazoo; blocking, so brokers call it on the ZooKeeper executor, never on t
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from loglake.catalog.change_notifications import purge, sequences
 from loglake.catalog.entity_configs import (
     CHANGE_PREFIX,
     CHANGES,
@@ -37,7 +37,6 @@ from loglake.catalog.entity_configs import (
 )
 from loglake.catalog.zookeeper import _typed_errors
 
-CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 """Kafka's ``changeExpirationMs`` for config change notifications."""
 ENTITY_TYPES = (USERS, CLIENTS, f"{USERS}/{CLIENTS}")
 
@@ -119,27 +118,8 @@ class ConfigChanges:
     def purge(self, *, now_ms: float | None = None) -> int:
         """Remove notifications older than :data:`CHANGE_EXPIRATION_MS`; several brokers may
         do it at once. Returns how many this call removed."""
-        now_ms = time.time() * 1000 if now_ms is None else now_ms
-        removed = 0
         with _typed_errors("removing old config change notifications"):
-            for seq in sorted(self._sequences()):
-                node = f"{CHANGES}/{CHANGE_PREFIX}{seq:010d}"
-                stat = self.zk.exists(node)
-                if stat is None:
-                    continue
-                if now_ms - stat.ctime <= CHANGE_EXPIRATION_MS:
-                    break  # younger ones follow
-                try:
-                    self.zk.delete(node)
-                    removed += 1
-                except NoNodeError:
-                    pass
-        return removed
+            return purge(self.zk, CHANGES, CHANGE_PREFIX, now_ms=now_ms)
 
     def _sequences(self) -> list[int]:
-        try:
-            children = self.zk.get_children(CHANGES)
-        except NoNodeError:
-            return []
-        return [int(child[len(CHANGE_PREFIX):]) for child in children
-                if child.startswith(CHANGE_PREFIX) and child[len(CHANGE_PREFIX):].isdigit()]
+        return sequences(self.zk, CHANGES, CHANGE_PREFIX)
