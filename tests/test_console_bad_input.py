@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from tests.browser_util import ConsoleProcess
 
 HTMX = {"HX-Request": "true"}
@@ -231,3 +232,38 @@ def test_operations_pages_refuse_bad_input(console: ConsoleProcess, http: httpx.
     for page in ("/groups", "/tiering", "/jobs", "/security"):
         assert http.get(page).status_code == 200, page
     assert_still_up(console, http)
+
+
+ZK_OUTAGE_PAGE_BOUND_S = 30.0
+"""Bound for a page to answer while ZooKeeper is down (the catalog's calls are bounded)."""
+
+
+def test_console_survives_a_zookeeper_outage(tmp_path: Path) -> None:
+    """ZooKeeper stopped: pages answer within a bound with a 5xx naming the problem, never
+    an internal error; ZooKeeper back: the console recovers by itself (its own ZooKeeper, so
+    stopping it faults no other test)."""
+    with DevCluster(tmp_path / "dev", brokers=1) as dev, \
+            ConsoleProcess(dev.zookeeper_connect, tmp_path / "console") as console, \
+            httpx.Client(base_url=console.url, timeout=ZK_OUTAGE_PAGE_BOUND_S * 2) as http:
+        assert http.get("/").status_code == 200
+        assert http.get("/topics").status_code == 200
+        dev.stop_zookeeper()
+        try:
+            for path in ("/", "/topics", "/overview/live", "/groups", "/jobs", "/security",
+                         "/tiering"):
+                started = time.monotonic()
+                answer = http.get(path, headers=HTMX if "live" in path else {})
+                took = time.monotonic() - started
+                assert took < ZK_OUTAGE_PAGE_BOUND_S, (path, took)
+                assert "Traceback" not in answer.text, path
+                assert answer.status_code != 500, (path, alert_text(answer.text))
+                if answer.status_code >= 400:
+                    assert alert_text(answer.text), (path, answer.text[:300])
+            assert console.alive(), console.log()
+        finally:
+            dev.start_zookeeper()
+        wait_until(lambda: 'data-health="healthy"' in http.get("/overview/live").text, 90,
+                   lambda: f"the console did not recover after ZooKeeper came back:\n"
+                   f"{console.log()[-3000:]}", ignore=(httpx.HTTPError,))
+        assert http.get("/topics").status_code == 200
+        assert_still_up(console, http)

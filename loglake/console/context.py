@@ -5,7 +5,9 @@ and kept in ``app.state.console``; :func:`console` fetches it from a request. It
 
 * ``catalog()`` — the ZooKeeper :class:`~loglake.catalog.zookeeper.ClusterCatalog` in tool mode
   (created on first use, in a worker thread; nothing is written to ZooKeeper through it except
-  by explicit write methods a page calls on purpose).
+  by explicit write methods a page calls on purpose). While its connection is down it raises
+  ZooKeeperUnavailableError at once (a 503 page) instead of handing out a client whose calls
+  would wait for the reconnection without a bound.
 * ``admin()`` / ``producer()`` / ``bootstrap()`` — an SDK :class:`~loglake.client.Admin` and
   :class:`~loglake.client.Producer` (one each per context, reused; confluent-kafka's clients
   are thread-safe) and the bootstrap servers: the ``bootstrap`` given, else the registered
@@ -94,6 +96,12 @@ class ConsoleContext:
                     raise ZooKeeperUnavailableError(
                         f"cannot reach ZooKeeper at {self.zookeeper}: {exc}") from None
                 self._catalog = catalog
+            elif not self._catalog.zk.connected:
+                # kazoo queues a request made while it reconnects and waits for the answer
+                # without a bound: fail now instead (the connection comes back by itself)
+                raise ZooKeeperUnavailableError(
+                    f"ZooKeeper at {self.zookeeper} is not reachable now (the console "
+                    "reconnects by itself)")
             return self._catalog
 
     def bootstrap(self) -> str:
