@@ -32,6 +32,7 @@ from confluent_kafka import (
     Message,
     Producer,
 )
+from kazoo.exceptions import NoNodeError
 
 from loglake.broker.groups.coordinator import coordinator_for
 from loglake.dev.harness import DevCluster
@@ -330,13 +331,16 @@ def zk_committed(zk: ZooKeeperView, group: str, topic: str) -> dict[int, int]:
     """Committed offsets of ``group`` on ``topic`` as stored in ZooKeeper."""
     base = f"/consumers/{group}/offsets/{topic}"
     result: dict[int, int] = {}
-    if zk.zk.exists(base) is None:
+    try:  # (offsets may expire, and their znodes vanish, while this reads them)
+        children = zk.zk.get_children(base)
+    except NoNodeError:
         return result
-    for child in zk.zk.get_children(base):
-        node = zk.zk.exists(f"{base}/{child}")
-        if node is not None:
+    for child in children:
+        try:
             raw, _ = zk.zk.get(f"{base}/{child}")
-            result[int(child)] = int(raw)  # Kafka's plain form
+        except NoNodeError:
+            continue
+        result[int(child)] = int(raw)  # Kafka's plain form
     return result
 
 

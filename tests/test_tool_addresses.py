@@ -146,7 +146,8 @@ def tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tools]:
     starter = Tools(data, config, "", "", "")
     up = starter.run("dev", "up", "--data", str(data), "--base-port", str(first),
                      "--zookeeper-port", str(first + 1),
-                     "--broker-config", "zookeeper.session.timeout.ms=6000")
+                     "--broker-config", "zookeeper.session.timeout.ms=6000",
+                     "--no-metrics", "--no-console")  # (their ports are not reserved here)
     try:
         assert up.returncode == 0, up.stderr
         printed = dict(line.split("=", 1) for line in up.stdout.splitlines())

@@ -223,6 +223,11 @@ def test_tools_take_credentials_from_the_environment(
         secure_cluster: DevCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     dev = secure_cluster
     topic = f"zksec-{uuid.uuid4().hex[:8]}"
+    owner = _cluster_catalog(dev, ZkAuth(CLUSTER_USER, CLUSTER_PASSWORD, set_acl=True))
+    try:  # the cluster-wide dynamic broker configs exist (a missing znode reads as none)
+        owner.set_broker_config("<default>", owner.broker_config("<default>"))
+    finally:
+        owner.stop()
     anonymous = _cluster_catalog(dev, NO_AUTH)
     try:
         with pytest.raises(ZooKeeperNoAuthError, match="NoAuth"):
