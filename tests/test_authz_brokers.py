@@ -85,10 +85,16 @@ def test_replication_and_transactions_need_cluster_action_for_brokers(
         time.sleep(0.1)
     leader = _leader(store, topic)
 
-    # the follower's fetches are refused: an acks=all produce cannot complete
-    assert _produce_all(pair, topic, leader) in (ErrorCode.request_timed_out,
-                                                 ErrorCode.not_enough_replicas,
-                                                 ErrorCode.not_enough_replicas_after_append)
+    # the follower's fetches are refused: an acks=all produce cannot complete (once the leader
+    # hosts the partition: under load it may still answer UNKNOWN_TOPIC_OR_PARTITION first)
+    code = _produce_all(pair, topic, leader)
+    while code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_leader_or_follower) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+        leader = _leader(store, topic)
+        code = _produce_all(pair, topic, leader)
+    assert code in (ErrorCode.request_timed_out, ErrorCode.not_enough_replicas,
+                    ErrorCode.not_enough_replicas_after_append), code
     follower = 1 if leader != 1 else 2
     assert "topic_authorization_failed" in pair.broker_log(follower)
 

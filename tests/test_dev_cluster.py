@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,7 +115,10 @@ def test_failed_broker_start_reports_log_and_cleans_up(tmp_path: Path, zookeeper
     assert "--- last lines of" in message and str(data / "logs" / "broker-1.log") in message
     assert not (data / cluster.STATE_FILE).exists()
     zk_ports = range(ports + 1, ports + 1 + 3 * zookeepers, 3)
-    assert all(net.port_is_free(port) for port in zk_ports)  # ZooKeeper was stopped again
+    freed = time.monotonic() + 15  # ZooKeeper was stopped again (its JVM may take a moment)
+    while not all(net.port_is_free(port) for port in zk_ports):
+        assert time.monotonic() < freed, f"ZooKeeper ports {list(zk_ports)} still in use"
+        time.sleep(0.2)
     assert "zookeeper.connect=" + ",".join(f"127.0.0.1:{port}" for port in zk_ports) + \
         "/loglake" in (data / "broker-1" / "server.properties").read_text()
     assert "no.such.broker.setting=1" in (data / "broker-1" / "server.properties").read_text()
