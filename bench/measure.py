@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import selectors
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -177,3 +179,54 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
     if not ordered or not 0 < fraction <= 1:
         raise ValueError("percentile needs values and 0 < fraction <= 1")
     return ordered[max(math.ceil(fraction * len(ordered)) - 1, 0)]
+
+
+def read_with_kcat(command: Sequence[str], label: str, total: int, record_size: int,
+                   phase_timeout: float, pid: int, stderr_path: Path) -> PhaseResult:
+    """Run a kcat consumer ``command`` that prints one offset per line (``-f '%o\\n'``) and
+    exits at the partition's end; count its lines with progress, bounded by
+    ``phase_timeout``, and check it read ``total`` records ending at offset ``total - 1``.
+    ``pid``: the broker whose CPU seconds are measured around the read."""
+    progress = Progress(label, total)
+    lines, tail = 0, b""
+    with open(stderr_path, "wb") as stderr, selectors.DefaultSelector() as selector:
+        cpu_before = cpu_seconds(pid)
+        started = time.perf_counter()
+        deadline = started + phase_timeout
+        kcat = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr,
+                                stdin=subprocess.DEVNULL)
+        try:
+            assert kcat.stdout is not None
+            descriptor = kcat.stdout.fileno()
+            selector.register(descriptor, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    raise BenchmarkError(f"kcat read {lines} records in "
+                                         f"{phase_timeout:g} s, expected {total}")
+                if not selector.select(min(left, 1.0)):
+                    progress.update(lines)
+                    continue
+                chunk = os.read(descriptor, 1 << 20)
+                if not chunk:
+                    break
+                lines += chunk.count(b"\n")
+                tail = (tail + chunk)[-64:]
+                progress.update(lines)
+            code = kcat.wait(max(deadline - time.perf_counter(), 0.1))
+            elapsed = time.perf_counter() - started
+            cpu = cpu_seconds(pid) - cpu_before
+        finally:
+            if kcat.poll() is None:
+                kcat.kill()
+                kcat.wait()
+            if kcat.stdout is not None:
+                kcat.stdout.close()
+    progress.update(lines, force=True)
+    if code != 0:
+        raise BenchmarkError(f"kcat exited with {code}: {stderr_path.read_text()[-2000:]}")
+    last = tail.rstrip(b"\n").rpartition(b"\n")[2]
+    if lines != total or last != str(total - 1).encode():
+        raise BenchmarkError(f"kcat read {lines} records ending at offset {last!r}, expected "
+                             f"{total} ending at {total - 1}")
+    return PhaseResult(total, total * record_size, elapsed, cpu)

@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import os
 import platform
-import selectors
 import shutil
 import subprocess
 import sys
@@ -55,10 +54,9 @@ from measure import (
     BenchmarkError,
     PhaseResult,
     PhaseSummary,
-    Progress,
-    cpu_seconds,
     format_table,
     log,
+    read_with_kcat,
     run_main,
     write_results,
 )
@@ -187,52 +185,9 @@ def kcat_command(config: BenchConfig, bootstrap_servers: str) -> list[str]:
 def kcat_consume(config: BenchConfig, bootstrap_servers: str, pid: int,
                  stderr_path: Path) -> PhaseResult:
     """Read the partition from the beginning to its end with kcat; count and check offsets."""
-    total = config.records
-    progress = Progress("loglake consume (kcat)", total)
-    command = kcat_command(config, bootstrap_servers)
-    lines = 0
-    tail = b""
-    with open(stderr_path, "wb") as stderr, selectors.DefaultSelector() as selector:
-        cpu_before = cpu_seconds(pid)
-        started = time.perf_counter()
-        deadline = started + config.phase_timeout
-        kcat = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr,
-                                stdin=subprocess.DEVNULL)
-        try:
-            assert kcat.stdout is not None
-            descriptor = kcat.stdout.fileno()
-            selector.register(descriptor, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    raise BenchmarkError(f"kcat read {lines} records in "
-                                         f"{config.phase_timeout:g} s, expected {total}")
-                if not selector.select(min(left, 1.0)):
-                    progress.update(lines)
-                    continue
-                chunk = os.read(descriptor, 1 << 20)
-                if not chunk:
-                    break
-                lines += chunk.count(b"\n")
-                tail = (tail + chunk)[-64:]
-                progress.update(lines)
-            code = kcat.wait(max(deadline - time.perf_counter(), 0.1))
-            elapsed = time.perf_counter() - started
-            cpu = cpu_seconds(pid) - cpu_before
-        finally:
-            if kcat.poll() is None:
-                kcat.kill()
-                kcat.wait()
-            if kcat.stdout is not None:
-                kcat.stdout.close()
-    progress.update(lines, force=True)
-    if code != 0:
-        raise BenchmarkError(f"kcat exited with {code}: {stderr_path.read_text()[-2000:]}")
-    last = tail.rstrip(b"\n").rpartition(b"\n")[2]
-    if lines != total or last != str(total - 1).encode():
-        raise BenchmarkError(f"kcat read {lines} records ending at offset {last!r}, expected "
-                             f"{total} ending at {total - 1}")
-    return PhaseResult(total, total * config.record_size, elapsed, cpu)
+    return read_with_kcat(kcat_command(config, bootstrap_servers), "loglake consume (kcat)",
+                          config.records, config.record_size, config.phase_timeout, pid,
+                          stderr_path)
 
 
 def segment_batch_record_counts(cluster: DevCluster) -> list[int]:

@@ -34,10 +34,8 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import selectors
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -53,10 +51,9 @@ from measure import (
     BenchmarkError,
     PhaseResult,
     PhaseSummary,
-    Progress,
-    cpu_seconds,
     format_table,
     log,
+    read_with_kcat,
     run_main,
     write_results,
 )
@@ -199,50 +196,8 @@ def kcat_consume(config: BenchConfig, endpoint: Endpoint, topic: str, pid: int,
                "-o", "beginning", "-c", str(config.records), "-e", "-q", "-f", "%o\n"]
     for key, value in endpoint.security.items():
         command += ["-X", f"{'sasl.mechanisms' if key == 'sasl.mechanism' else key}={value}"]
-    total = config.records
-    progress = Progress(f"{endpoint.protocol} consume (kcat)", total)
-    lines, tail = 0, b""
-    with open(stderr_path, "wb") as stderr, selectors.DefaultSelector() as selector:
-        cpu_before = cpu_seconds(pid)
-        started = time.perf_counter()
-        deadline = started + config.phase_timeout
-        kcat = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr,
-                                stdin=subprocess.DEVNULL)
-        try:
-            assert kcat.stdout is not None
-            descriptor = kcat.stdout.fileno()
-            selector.register(descriptor, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    raise BenchmarkError(f"kcat read {lines} records in "
-                                         f"{config.phase_timeout:g} s, expected {total}")
-                if not selector.select(min(left, 1.0)):
-                    progress.update(lines)
-                    continue
-                chunk = os.read(descriptor, 1 << 20)
-                if not chunk:
-                    break
-                lines += chunk.count(b"\n")
-                tail = (tail + chunk)[-64:]
-                progress.update(lines)
-            code = kcat.wait(max(deadline - time.perf_counter(), 0.1))
-            elapsed = time.perf_counter() - started
-            cpu = cpu_seconds(pid) - cpu_before
-        finally:
-            if kcat.poll() is None:
-                kcat.kill()
-                kcat.wait()
-            if kcat.stdout is not None:
-                kcat.stdout.close()
-    progress.update(lines, force=True)
-    if code != 0:
-        raise BenchmarkError(f"kcat exited with {code}: {stderr_path.read_text()[-2000:]}")
-    last = tail.rstrip(b"\n").rpartition(b"\n")[2]
-    if lines != total or last != str(total - 1).encode():
-        raise BenchmarkError(f"kcat read {lines} records ending at offset {last!r}, expected "
-                             f"{total} ending at {total - 1}")
-    return PhaseResult(total, total * config.record_size, elapsed, cpu)
+    return read_with_kcat(command, f"{endpoint.protocol} consume (kcat)", config.records,
+                          config.record_size, config.phase_timeout, pid, stderr_path)
 
 
 @dataclass
