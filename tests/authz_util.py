@@ -11,12 +11,14 @@ fixed time after a grant or a revocation: it retries an observable (the operatio
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from loglake.catalog.acls import AclStore
@@ -168,3 +170,47 @@ def barrier(store: AclStore, ports: Iterable[int], *, principal: str = ANONYMOUS
             wait_allowed(ports, "Topic", probe, "Describe")
         finally:
             store.remove(**acl)
+
+
+PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+"""The SASL PLAIN users of :func:`plain_sasl_overrides` (admin is a super user)."""
+
+
+def plain_sasl_overrides() -> dict[str, str]:
+    """Broker settings of a test cluster with the ACL authorizer: a PLAINTEXT listener on the
+    base port (brokers and ANONYMOUS setup are super users) and a SASL_PLAINTEXT listener with
+    PLAIN users :data:`PLAIN_USERS` on port + 100."""
+    users = " ".join(f'user_{name}="{password}"' for name, password in PLAIN_USERS.items())
+    return {
+        "listeners": "PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{port:1}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",
+    }
+
+
+@contextlib.contextmanager
+def acl_store(zookeeper_connect: str) -> Iterator[AclStore]:
+    """An :class:`AclStore` on its own ZooKeeper client, closed at the end."""
+    client = KazooClient(hosts=zookeeper_connect, timeout=10)
+    client.start(timeout=20)
+    try:
+        yield AclStore(client)
+    finally:
+        client.stop()
+        client.close()
+
+
+@contextlib.contextmanager
+def granted(store: AclStore) -> Iterator[Callable[..., None]]:
+    """``add(resource_type, name, operation, principal=..., permission=..., ...)``: ACLs
+    removed at the end."""
+    grants = Grants(store)
+    try:
+        yield grants.add
+    finally:
+        grants.remove_all()

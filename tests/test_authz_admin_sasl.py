@@ -21,36 +21,28 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 from kafka import KafkaAdminClient
-from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from loglake.catalog.acls import AclStore
 from loglake.client import _wire
 from loglake.client.security import SecurityConfig
 from loglake.dev.harness import DevCluster
-from tests.authz_util import Grants, eventually
+from tests.authz_util import (
+    PLAIN_USERS,
+    acl_store,
+    eventually,
+    granted,
+    plain_sasl_overrides,
+)
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+USERS = PLAIN_USERS
 TOPIC_AUTHZ = KafkaError.TOPIC_AUTHORIZATION_FAILED
 CLUSTER_AUTHZ = KafkaError.CLUSTER_AUTHORIZATION_FAILED
 
 
-def _jaas() -> str:
-    users = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
-    return f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-
-
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Iterator[DevCluster]:
-    overrides = {
-        "listeners": "PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{port:1}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": _jaas(),
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",
-    }
+    overrides = {**plain_sasl_overrides()}
     data = tmp_path_factory.mktemp("authz-admin-sasl")
     with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts,
                     broker_overrides=overrides) as cluster:
@@ -59,24 +51,16 @@ def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Itera
 
 @pytest.fixture(scope="module")
 def store(dev: DevCluster) -> Iterator[AclStore]:
-    client = KazooClient(hosts=dev.zookeeper_connect, timeout=10)
-    client.start(timeout=20)
-    try:
-        yield AclStore(client)
-    finally:
-        client.stop()
-        client.close()
+    with acl_store(dev.zookeeper_connect) as zk_store:
+        yield zk_store
 
 
 @pytest.fixture
 def acls(store: AclStore) -> Iterator[Callable[..., None]]:
     """``acls(resource_type, name, operation, principal=..., permission=..., ...)``: an ACL
     removed at the end of the test."""
-    grants = Grants(store)
-    try:
-        yield grants.add
-    finally:
-        grants.remove_all()
+    with granted(store) as add:
+        yield add
 
 
 def _port(dev: DevCluster) -> int:

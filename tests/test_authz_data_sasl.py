@@ -16,32 +16,23 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
-from kazoo.client import KazooClient
 
 from loglake.catalog.acls import AclStore
 from loglake.dev.harness import DevCluster
-from tests.authz_util import Grants, eventually
+from tests.authz_util import (
+    PLAIN_USERS,
+    acl_store,
+    eventually,
+    granted,
+    plain_sasl_overrides,
+)
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
-
-
-def _jaas() -> str:
-    users = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
-    return f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+USERS = PLAIN_USERS
 
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Iterator[DevCluster]:
-    overrides = {
-        "listeners": "PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{port:1}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": _jaas(),
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin;User:ANONYMOUS",
-        "group.initial.rebalance.delay.ms": "0",
-    }
+    overrides = {**plain_sasl_overrides(), "group.initial.rebalance.delay.ms": "0"}
     data = tmp_path_factory.mktemp("authz-data-sasl")
     with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts,
                     broker_overrides=overrides) as cluster:
@@ -50,24 +41,16 @@ def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Itera
 
 @pytest.fixture(scope="module")
 def store(dev: DevCluster) -> Iterator[AclStore]:
-    client = KazooClient(hosts=dev.zookeeper_connect, timeout=10)
-    client.start(timeout=20)
-    try:
-        yield AclStore(client)
-    finally:
-        client.stop()
-        client.close()
+    with acl_store(dev.zookeeper_connect) as zk_store:
+        yield zk_store
 
 
 @pytest.fixture
 def acls(store: AclStore) -> Iterator[Callable[..., None]]:
     """``acls(resource_type, name, operation, principal=..., permission=..., ...)``: an ACL
     removed at the end of the test."""
-    grants = Grants(store)
-    try:
-        yield grants.add
-    finally:
-        grants.remove_all()
+    with granted(store) as add:
+        yield add
 
 
 def _bootstrap(dev: DevCluster) -> str:
