@@ -183,6 +183,13 @@ def test_describe_log_dirs_every_version_on_the_wire(pair: DevCluster, admin: Ad
                                                      topic_name: str, version: int) -> None:
     _create(admin, topic_name, partitions=3)
     with _wire(pair, 1) as client:
+        # CreateTopics answers once the controller has assigned leaders; broker 1 opens its
+        # replicas when its LeaderAndIsr arrives, which a loaded box may deliver a moment later
+        def hosted() -> set[int]:
+            (logdir,) = client.request(35, version, {"topics": None}).results
+            return {p.partition_index for t in logdir.topics if t.name == topic_name
+                    for p in t.partitions}
+        wait_until(lambda: hosted() == {0, 1, 2}, 20, "broker 1 to host the three partitions")
         every = client.request(35, version, {"topics": None})
         some = client.request(35, version, {"topics": [
             {"topic": topic_name, "partitions": [2, 9]}, {"topic": "absent", "partitions": [0]}]})
