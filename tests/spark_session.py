@@ -34,6 +34,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
 
     from loglake.streaming import register
+    from loglake.streaming.session import spark_configs
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
@@ -46,6 +47,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config(map=spark_configs())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

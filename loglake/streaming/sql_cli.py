@@ -184,6 +184,8 @@ def quiet_session(master: str) -> SparkSession:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from loglake.streaming.session import spark_configs
+
     config = tempfile.NamedTemporaryFile(  # noqa: SIM115 - must outlive the JVM start
         "w", prefix="loglake-log4j2-", suffix=".properties", delete=False)
     with config:
@@ -197,6 +199,7 @@ def quiet_session(master: str) -> SparkSession:
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
+            .config(map=spark_configs())
             .getOrCreate()
         )
     finally:
