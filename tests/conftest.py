@@ -49,8 +49,9 @@ for _variable in ("LOGLAKE_ZOOKEEPER", "LOGLAKE_BOOTSTRAP_SERVERS", "LOGLAKE_COM
                   "LOGLAKE_ZOOKEEPER_SASL_JAAS_FILE", "LOGLAKE_ZOOKEEPER_SASL_CLIENTCONFIG"):
     os.environ.pop(_variable, None)
 
-# fixtures of the loopback S3 endpoint (s3_server) and the one SparkSession (spark)
-pytest_plugins = ["tests.s3_server", "tests.spark_session"]
+# fixtures of the loopback S3 endpoint (s3_server), the one SparkSession (spark) and the Apache
+# Kafka peer (kafka_peer, kafka_jars)
+pytest_plugins = ["tests.s3_server", "tests.spark_session", "tests.kafka_peer_plugin"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
