@@ -36,7 +36,11 @@ from pathlib import Path
 SETS = ("spark", "kafka")
 _SOURCE_ROOT = Path(__file__).resolve().parent.parent
 _COMPLETE = ".complete"
-_VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-+]*\.jar$")
+_VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d+(?:\.\d+)+[\w.\-+]*\.jar$")
+"""``<artifact>-<dotted version>[qualifier].jar``; the version is the first ``-<n>.<n>`` part, so
+artifact names holding ``-<n>`` (``spark-sql-kafka-0-10_2.13``) stay whole."""
+_VERSIONED_LOOSE = re.compile(r"^(?P<artifact>.+?)-\d[\w.\-+]*\.jar$")
+"""Fallback for versions without a dot (``foo-5.jar``)."""
 
 
 class JvmDepsError(RuntimeError):
@@ -80,8 +84,10 @@ def spark_jars() -> list[str]:
 
 
 def artifact_of(jar_name: str) -> str:
-    """``delta-spark_2.13-4.4.0.jar`` -> ``delta-spark_2.13`` (the name without its version)."""
-    match = _VERSIONED.match(jar_name)
+    """``delta-spark_2.13-4.4.0.jar`` -> ``delta-spark_2.13``,
+    ``spark-sql-kafka-0-10_2.13-4.2.0.jar`` -> ``spark-sql-kafka-0-10_2.13`` (the name without
+    its version)."""
+    match = _VERSIONED.match(jar_name) or _VERSIONED_LOOSE.match(jar_name)
     return match.group("artifact") if match else jar_name.removesuffix(".jar")
 
 
