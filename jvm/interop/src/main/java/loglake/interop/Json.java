@@ -1,0 +1,79 @@
+package loglake.interop;
+
+import java.util.Collection;
+import java.util.Map;
+
+/**
+ * A minimal JSON writer for the scenarios' results: maps (string keys), collections, strings,
+ * numbers, booleans and null. Kept here so the jar needs nothing beyond kafka-clients.
+ */
+final class Json {
+    private Json() {
+    }
+
+    static String write(Object value) {
+        StringBuilder out = new StringBuilder();
+        append(out, value);
+        return out.toString();
+    }
+
+    private static void append(StringBuilder out, Object value) {
+        if (value == null) {
+            out.append("null");
+        } else if (value instanceof Map<?, ?> map) {
+            out.append('{');
+            boolean first = true;
+            for (Map.Entry<?, ?> entry : map.entrySet()) {
+                if (!first) {
+                    out.append(',');
+                }
+                first = false;
+                appendString(out, String.valueOf(entry.getKey()));
+                out.append(':');
+                append(out, entry.getValue());
+            }
+            out.append('}');
+        } else if (value instanceof Collection<?> items) {
+            out.append('[');
+            boolean first = true;
+            for (Object item : items) {
+                if (!first) {
+                    out.append(',');
+                }
+                first = false;
+                append(out, item);
+            }
+            out.append(']');
+        } else if (value instanceof Boolean || value instanceof Integer || value instanceof Long
+                || value instanceof Short) {
+            out.append(value);
+        } else if (value instanceof Number number) {
+            double d = number.doubleValue();
+            out.append(Double.isFinite(d) ? Double.toString(d) : "null");
+        } else {
+            appendString(out, value.toString());
+        }
+    }
+
+    private static void appendString(StringBuilder out, String text) {
+        out.append('"');
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            switch (c) {
+                case '"' -> out.append("\\\"");
+                case '\\' -> out.append("\\\\");
+                case '\n' -> out.append("\\n");
+                case '\r' -> out.append("\\r");
+                case '\t' -> out.append("\\t");
+                default -> {
+                    if (c < 0x20) {
+                        out.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        out.append(c);
+                    }
+                }
+            }
+        }
+        out.append('"');
+    }
+}
