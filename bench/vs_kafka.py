@@ -138,6 +138,9 @@ def run_tool(command: Sequence[str], *, label: str, timeout: float, log_dir: Pat
                                           or (line[:1].isdigit() and "," in line)):
                     log(f"    [{label}] {line}")
             code = child.wait()
+        except BaseException:  # Ctrl-C or an error here: the tool JVM must not outlive us
+            child.kill()
+            raise
         finally:
             expired = not timer.is_alive() and child.returncode != 0
             timer.cancel()
