@@ -16,6 +16,7 @@ spark``; ``./run setup`` and ``./run test`` do it), since the connector lives in
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from loglake import jvm
-from loglake.dev.harness import DevCluster
+from loglake.compaction.common import Cluster
+from loglake.compaction.retention import run_retention
+from loglake.dev.harness import DevCluster, wait_until
+from tests import tiering_util
 from tests.admin_util import create_topic
 from tests.clients import consume_messages
+from tests.compaction_util import Spec, produce_specs, quiet, watermarks
 from tests.spark_session import SMALL_SEGMENTS, produce_numbered, wait_tiered
 
 pytestmark = pytest.mark.skipif(
@@ -38,6 +43,7 @@ pytestmark = pytest.mark.skipif(
            "(python -m loglake.jvm fetch spark)")
 
 TOTAL = 2000
+HOUR_MS = 3_600_000
 COLUMNS = ("partition", "offset", "CAST(key AS STRING) AS k", "CAST(value AS STRING) AS v",
            "topic", "timestamp", "timestampType")
 
@@ -181,8 +187,8 @@ def test_stream_restarts_from_its_checkpoint(spark: SparkSession, cluster: DevCl
     assert sum(p["numInputRows"] for p in second) == 700
     written = _written(spark, output)
     assert sorted(v for _, _, v in written) == list(range(1900))  # each record once
-    assert written == sorted(_rows(_loglake(spark, cluster, subscribe=name),
-                                   "partition", "offset", "CAST(CAST(value AS STRING) AS INT) AS v"))
+    as_int = "CAST(CAST(value AS STRING) AS INT) AS v"
+    assert written == _rows(_loglake(spark, cluster, subscribe=name), "partition", "offset", as_int)
 
 
 def test_stream_from_latest_sees_only_new_records(spark: SparkSession, cluster: DevCluster,
@@ -238,6 +244,53 @@ def test_fail_on_data_loss_when_records_expired(spark: SparkSession, cluster: De
                      failOnDataLoss="false")
     assert _values(skipped) == list(range(1000, 1600))
 
+
+
+def test_fail_on_data_loss_when_retention_expired_records(
+        spark: SparkSession, cluster: DevCluster, tmp_path: Path) -> None:
+    """Records expire the loglake way: the brokers drop tiered segments at once
+    (``local.retention.ms=0``) and the retention job removes the table's files older than
+    ``retention.ms``. Spark's connector then reads the survivors from the tier through the
+    brokers; a query whose checkpoint points below the new earliest offset fails with
+    ``failOnDataLoss=true`` and, with ``false``, goes on from the earliest offset."""
+    name = f"kexpire.{uuid.uuid4().hex[:8]}"
+    create_topic(cluster.bootstrap_servers, name, 1, {
+        "segment.bytes": "20000", "local.retention.ms": "0", "retention.ms": str(2 * HOUR_MS),
+        "file.delete.delay.ms": "0"})
+    old_ms = int(time.time() * 1000) - 3 * HOUR_MS
+    produce_specs(cluster.bootstrap_servers, name,
+                  [Spec(0, b"k%d" % i, b"%d" % i, old_ms + i) for i in range(100)])
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
+    _finish(_stream(spark, cluster, name, checkpoint, output, startingOffsets="earliest"))
+    assert sorted(v for _, _, v in _written(spark, output)) == list(range(100))
+
+    produce_specs(cluster.bootstrap_servers, name,
+                  [Spec(0, b"k%d" % i, b"%d" % i, old_ms + i) for i in range(100, 2000)]
+                  + [Spec(0, b"k%d" % i, b"%d" % i) for i in range(2000, 3000)])
+    tiering_util.wait_tiered(cluster.storage_url, name, (0,), at_least=1900)
+    tiering_util.wait_local_start(cluster.zookeeper_connect, name, (0,), above=1500)
+    with Cluster(cluster.zookeeper_connect) as jobs:
+        [result] = run_retention(jobs, topic=name, progress=quiet())
+    assert result.committed and result.removed[0], "retention removed no file"
+    # the earliest offset: the table's first remaining file, or the local log start when the
+    # job removed every tiered file (brokers cache it for ~5 s)
+    def moved() -> int:
+        low = watermarks(cluster.bootstrap_servers, name, 0)[0]
+        return low if low > 100 else 0
+
+    earliest = wait_until(moved, 30, f"{name}: earliest offset above 100 after retention",
+                          interval=0.5)
+    assert earliest <= 2000, "retention removed records younger than retention.ms"
+
+    survivors = _kafka(spark, cluster, subscribe=name)
+    assert _values(survivors) == list(range(earliest, 3000))
+    assert _rows(survivors) == _rows(_loglake(spark, cluster, subscribe=name))
+
+    with pytest.raises(Exception, match=r"(?i)data (may have been )?lost|failOnDataLoss"):
+        _finish(_stream(spark, cluster, name, checkpoint, output, failOnDataLoss="true"))
+    _finish(_stream(spark, cluster, name, checkpoint, output, failOnDataLoss="false"))
+    assert sorted(v for _, _, v in _written(spark, output)) == list(range(100)) + list(
+        range(earliest, 3000))
 
 # -- read_committed -----------------------------------------------------------------------------
 
@@ -298,7 +351,7 @@ def _read_back(bootstrap: str, topic: str, count: int) -> list[tuple[int, str, s
         messages = consume_messages(consumer, count, timeout=60)
     finally:
         consumer.close()
-    return sorted((m.partition(), (m.key() or b"").decode(), (m.value() or b"").decode())
+    return sorted((m.partition() or 0, (m.key() or b"").decode(), (m.value() or b"").decode())
                   for m in messages)
 
 
