@@ -380,6 +380,7 @@ def profile_loglake(dev: DevCluster, system: System, args: argparse.Namespace, l
     system.create_topic(topic, partitions=PARTITIONS, replication_factor=3,
                         configs={"min.insync.replicas": "2"})
     pids = system.pids()
+    output.mkdir(parents=True, exist_ok=True)
     log(f"profiling loglake brokers {pids} during an acks=all 100 B produce run")
     with contextlib.ExitStack() as stack:
         recorders = [stack.enter_context(PySpyRecorder(pid, output / f"broker-{pid}.txt"))
@@ -459,11 +460,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 throughput_phase(systems, args, log_dir, samples)
             if not args.skip_latency:
                 latency_phase(systems, args, log_dir, samples)
+            rows = summarise_samples(samples)
+            print_tables(rows)  # before profiling: a failing profile must not lose them
             if args.profile:
                 profile = profile_loglake(dev, systems["loglake"], args, log_dir,
                                           args.results_dir / f"vs-kafka-profile-{stamp}")
-    rows = summarise_samples(samples)
-    print_tables(rows)
     command = "python bench/vs_kafka.py " + " ".join(sys.argv[1:] if argv is None else argv)
     write_results(args.results_dir, f"vs-kafka-{stamp}", {
         "command": command.strip(), "machine": machine_info(), "kafka_version": KAFKA_VERSION,
