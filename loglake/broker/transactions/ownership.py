@@ -20,6 +20,7 @@ Pure functions; no state.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 
@@ -36,10 +37,17 @@ def state_partition_for(transactional_id: str) -> int:
 
 
 def coordinator_for_partition(partition: int, live: Iterable[int]) -> int:
-    """The live broker that coordinates state partition ``partition``; -1 if none is live."""
+    """The live broker that coordinates state partition ``partition``; -1 if none is live.
+
+    Memoised per (partition, set of live brokers): the coordinator's ownership pass asks for
+    all 50 partitions four times a second and the live set rarely changes."""
+    return _rendezvous(partition, frozenset(live))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rendezvous(partition: int, brokers: frozenset[int]) -> int:
     def score(broker: int) -> bytes:
         return hashlib.md5(f"{STATE_TOPIC}-{partition}:{broker}".encode(),
                            usedforsecurity=False).digest()
 
-    brokers = list(live)
     return max(brokers, key=score) if brokers else -1
