@@ -145,7 +145,8 @@ def commit_replace(
                               True, f.stats) for f in pending]
     properties = CommitProperties(
         app_transactions=[Transaction(app, version) for app, version in app_transactions],
-        custom_metadata={"loglake.operation": operation, **(metadata or {})},
+        custom_metadata={"loglake.operation": operation, **(metadata or {}),
+                         "userMetadata": f"loglake {operation}"},  # DESCRIBE HISTORY shows it
     )
     crash_point(f"{operation}-before-commit")  # new files written, none referenced yet
     table.table().create_write_transaction(

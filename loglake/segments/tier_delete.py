@@ -155,7 +155,9 @@ def _commit(table: TieredTable, partition: int, offset: int, plan: DeletePlan,
             app_transactions=transactions,
             custom_metadata={"loglake.operation": OPERATION,
                              "loglake.partition": str(partition),
-                             "loglake.log_start": str(offset)}),
+                             "loglake.log_start": str(offset),
+                             "userMetadata": f"loglake {OPERATION} partition={partition} "
+                                             f"log_start={offset}"}),
         post_commithook_properties=PostCommitHookProperties(
             create_checkpoint=False, cleanup_expired_logs=False),
     )

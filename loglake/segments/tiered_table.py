@@ -346,7 +346,10 @@ class TieredTable:
         properties = CommitProperties(
             app_transactions=[Transaction(app_id(self.topic, partition), last_offset)],
             custom_metadata={"loglake.operation": "tier", "loglake.partition": str(partition),
-                             "loglake.last_offset": str(last_offset), **(metadata or {})},
+                             "loglake.last_offset": str(last_offset), **(metadata or {}),
+                             # shown by delta-spark's DESCRIBE HISTORY (column userMetadata)
+                             "userMetadata": f"loglake tier partition={partition} "
+                                             f"last_offset={last_offset}"},
         )
         for attempt in range(COMMIT_ATTEMPTS):
             if self.tiered_end(partition, refresh=True) != expected_end:

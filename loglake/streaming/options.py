@@ -20,6 +20,9 @@ Names and meanings follow Spark's Kafka source and sink (option names are case-i
                                record is at or after the timestamp
 ``endingTimestamp``, ``endingOffsetsByTimestamp``  batch only, as above (no match: latest)
 ``failOnDataLoss``             ``true`` (default): fail when needed offsets were deleted
+``loglake.asOfOffsets``        batch only: JSON ``{"0": 1200}`` / ``{"t": {"0": 1200}}``: the
+                               records below these offsets as the table held them when they
+                               were tiered (time travel by offset; streaming/offset_versions.py)
 ``includeHeaders``             ``false`` (default): add the ``headers`` column
 ``maxOffsetsPerTrigger``       stream: at most this many offsets per micro-batch
 ``minOffsetsPerTrigger``       stream: wait for this many offsets ... unless ``maxTriggerDelay``
@@ -176,6 +179,9 @@ class SourceOptions:
     (``security.librdkafka()`` for librdkafka clients; its repr leaves out passwords)."""
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)  # secrets
     """``tier.*`` options without the prefix: object-store options for the tier."""
+    as_of_offsets: Mapping[TopicPartition, int] | None = None
+    """batch: ``loglake.asOfOffsets``, the records below these offsets as the table held them
+    when they were tiered (streaming/offset_versions.py)."""
 
 
 def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
@@ -244,6 +250,15 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         raise SourceOptionError(
             f"option {ISOLATION_OPTION!r} must be read_committed or read_uncommitted, "
             f"got {isolation!r}")
+    as_of = None
+    if "loglake.asofoffsets" in opts:
+        from loglake.streaming.offset_versions import parse_as_of
+
+        if mode != "batch" or any(k in opts for k in (
+                "endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp")):
+            raise SourceOptionError("option 'loglake.asOfOffsets' is only for batch reads, "
+                                    "without endingOffsets/endingTimestamp")
+        as_of = parse_as_of(opts["loglake.asofoffsets"], subscription)
     guarantee = opts.get("deliveryguarantee", "at-least-once").strip().lower()
     if guarantee not in ("at-least-once", "exactly-once") or (
             reading and "deliveryguarantee" in opts):
@@ -273,6 +288,7 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         kafka=kafka,
         security=security,
         storage_options=storage_options,
+        as_of_offsets=as_of,
     )
 
 

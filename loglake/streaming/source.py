@@ -39,7 +39,7 @@ Spark, since timestamps need not grow with offsets.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,6 +245,8 @@ class BatchReader(DataSourceReader):
                    if self.pushed.allows(tp)]
             if not tps:
                 return []
+            if options.as_of_offsets is not None:
+                return self._as_of(view, tps, options.as_of_offsets)
             latest = view.list_offsets(tps, "latest")
             starts = view.resolve_start(options.starting, tps)
             ends = view.resolve(options.ending, tps, latest=latest)
@@ -257,6 +259,23 @@ class BatchReader(DataSourceReader):
             return list(plan(view, starts, ends, options, what="startingOffsets"))
         finally:
             view.close()
+
+    def _as_of(self, view: ClusterView, tps: list[TopicPartition],
+               as_of: Mapping[TopicPartition, int]) -> list[InputPartition]:
+        """``loglake.asOfOffsets``: the tier as of the version those offsets were tiered in
+        (offset_versions.py), the rest from the brokers."""
+        from loglake.streaming.offset_versions import plan_as_of
+
+        starts, ends, snapshots = plan_as_of(view, tps, as_of)
+        starts, ends = self._narrow(view, starts, ends)
+        hot = {tp: max(o, snapshots[tp[0]].ends.get(tp[1], o))  # type: ignore[union-attr]
+               if snapshots.get(tp[0]) is not None else o for tp, o in starts.items()}
+        check_data_loss({tp: o for tp, o in hot.items() if o < ends[tp]},
+                        view.list_offsets(tps, "earliest"),
+                        fail=self.options.fail_on_data_loss, what="loglake.asOfOffsets")
+        ranges = plan_ranges(starts, ends, snapshots, min_partitions=self.options.min_partitions)
+        context = ReadContext(view.bootstrap_servers(), view.storage(), self.options)
+        return [RangePartition(r, context) for r in ranges]
 
     def _narrow(self, view: ClusterView, starts: PartitionOffsets,
                 ends: PartitionOffsets) -> tuple[PartitionOffsets, PartitionOffsets]:

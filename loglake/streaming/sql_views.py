@@ -37,6 +37,17 @@ cannot make a record appear twice or not at all (records tiered after V are read
 from the table or the brokers). Views keep V's file list: re-register after retention or
 compaction jobs removed files (the CLI registers per query).
 
+With delta-spark in the session (and Spark able to read the storage) views are built on the
+topic's catalog table instead (streaming/spark_catalog.py, ``loglake.<name>``), and never go
+stale: the tiered side is that table, whose newest version Spark resolves whenever a query is
+planned, below each partition's *split* (the tiered end when the view was registered); the hot
+tail is ``format("loglake")`` from the split to ``latest`` with ``failOnDataLoss=false`` (the
+offsets below the split are read from the table only; retention may have moved the earliest
+offset past the split: the tail starts there then). Each offset is read by exactly one side,
+retention and compaction show in the next query with no re-registration, and records tiered
+after registration come through the brokers (which serve them from the table); re-registering
+moves the split up (faster scans). See docs/SPARK.md.
+
 The Delta tables themselves are untouched (read-only): deltalake, Spark+Delta or any other Delta
 reader still reads them directly.
 
@@ -61,7 +72,7 @@ from loglake.streaming.options import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 
     from loglake.segments.storage import Storage
 
@@ -171,6 +182,11 @@ def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeepe
     if not partitions:
         raise UnknownTopicError(f"topic {topic!r} does not exist (no partitions)")
     storage = view.storage()
+    if storage is not None and _delta_reads(spark, storage, tier_read):
+        return _delta_union(spark, view, storage, topic, partitions, zookeeper=zookeeper,
+                            bootstrap_servers=bootstrap_servers,
+                            include_headers=include_headers, isolation_level=isolation_level,
+                            kafka_options=kafka_options)
     native = storage is not None and (
         tier_read == "spark" or (tier_read == "auto" and storage.is_local))
     snapshot = view.tier_snapshot(topic, partitions) if native else None
@@ -192,6 +208,84 @@ def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeepe
     hot = source.option("startingOffsets", json.dumps({topic: starts})).load()
     tier = _tier_frame(spark, storage, snapshot, include_headers)
     return tier.unionByName(hot)
+
+
+def _delta_reads(spark: SparkSession, storage: Storage, tier_read: TierRead) -> bool:
+    """Whether the view reads its tiered rows through delta-spark (the catalog table): when the
+    session runs delta-spark and Spark reads the storage (local, s3 through s3a; any with
+    ``tier_read="spark"``)."""
+    from loglake.streaming.session import delta_enabled, use_storage
+
+    return tier_read != "python" and delta_enabled(spark) and (
+        tier_read == "spark" or use_storage(spark, storage))
+
+
+def _hot_source(spark: SparkSession, view: ClusterView, topic: str, partitions: list[int], *,
+                zookeeper: str, bootstrap_servers: str | None, include_headers: bool,
+                isolation_level: IsolationLevel,
+                kafka_options: Mapping[str, str]) -> DataFrameReader:
+    source = (spark.read.format("loglake").option("zookeeper", zookeeper)
+              .option("includeHeaders", str(include_headers).lower())
+              .option("assign", json.dumps({topic: partitions}))
+              .option("endingOffsets", "latest")
+              .option(ISOLATION_OPTION, isolation_level))
+    if bootstrap_servers:
+        source = source.option("kafka.bootstrap.servers", bootstrap_servers)
+    for key, value in kafka_options.items():
+        source = source.option(key, value)
+    for key, value in view.options.storage_options.items():
+        source = source.option(f"tier.{key}", value)
+    return source
+
+
+def _delta_union(spark: SparkSession, view: ClusterView, storage: Storage, topic: str,
+                 partitions: list[int], *, zookeeper: str, bootstrap_servers: str | None,
+                 include_headers: bool, isolation_level: IsolationLevel,
+                 kafka_options: Mapping[str, str]) -> DataFrame:
+    """Tier (the catalog's Delta table, its version resolved by every query) below each
+    partition's split, hot tail (the brokers) from it; the split is the tiered end at
+    registration (module docstring)."""
+    from pyspark.sql import functions as F
+
+    from loglake.streaming.spark_catalog import DEFAULT_DATABASE, sync_tables, table_names
+
+    hot = _hot_source(spark, view, topic, partitions, zookeeper=zookeeper,
+                      bootstrap_servers=bootstrap_servers, include_headers=include_headers,
+                      isolation_level=isolation_level, kafka_options=kafka_options)
+    snapshot = view.tier_snapshot(topic, partitions)
+    splits = {p: snapshot.ends.get(p, 0) for p in partitions} if snapshot is not None else {}
+    if not any(splits.values()):
+        return hot.option("startingOffsets", "earliest").load()
+    catalog = view.catalog()
+    assert catalog is not None
+    name = table_names(catalog.topic_names())[topic]
+    qualified = f"{DEFAULT_DATABASE}.{name}"
+    if not spark.catalog.tableExists(qualified):  # registered: its location is the topic's
+        qualified = sync_tables(spark, storage, {topic: name})[topic]
+    starts = {str(p): splits[p] if splits[p] else EARLIEST for p in partitions}
+    # offsets below a split may be gone by the time a query runs (retention): start at the
+    # brokers' earliest then, as the table does
+    tail = (hot.option("startingOffsets", json.dumps({topic: starts}))
+            .option("failOnDataLoss", "false").load())
+    bounds: list[Column] = [(F.col("partition") == p) & (F.col("offset") < end)
+                            for p, end in splits.items() if end]
+    rows = spark.table(qualified).where(reduce(lambda a, b: a | b, bounds)
+                                        & ~F.col("is_control"))
+    return _kafka_columns(rows, topic, include_headers).unionByName(tail)
+
+
+def _kafka_columns(rows: DataFrame, topic: str, include_headers: bool) -> DataFrame:
+    """Tier rows in the Kafka source schema."""
+    from pyspark.sql import functions as F
+
+    columns = [
+        F.col("key"), F.col("value"), F.lit(topic).alias("topic"),
+        F.col("partition").cast("int").alias("partition"), F.col("offset"),
+        F.col("timestamp"), F.col("timestamp_type").alias("timestampType"),
+    ]
+    if include_headers:
+        columns.append(F.when(F.size("headers") > 0, F.col("headers")).alias("headers"))
+    return rows.select(*columns)
 
 
 def _spark_uri(storage: Storage, uri: str) -> str:
