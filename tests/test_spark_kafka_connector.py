@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -180,13 +180,19 @@ def test_stream_restarts_from_its_checkpoint(spark: SparkSession, cluster: DevCl
     assert len(first) == 4 and all(p["numInputRows"] <= 300 for p in first)
     assert sorted(v for _, _, v in _written(spark, output)) == list(range(1200))
 
-    produce_numbered(cluster.bootstrap_servers, name, 1200, 700, partitions=2)
+    # a partition added meanwhile (CreatePartitions): the restarted query finds it through its
+    # AdminClient and reads it from its earliest offset, as Spark does on Kafka
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_partitions([NewPartitions(name, 3)], operation_timeout=20)[name].result(30)
+    cluster.wait_topic_ready(name, partitions=3)
+    produce_numbered(cluster.bootstrap_servers, name, 1200, 700, partitions=3)
     # startingOffsets only applies to a new query: the restart goes on from the checkpoint
     second = _finish(_stream(spark, cluster, name, checkpoint, output,
                              startingOffsets="latest", maxOffsetsPerTrigger="300"))
     assert sum(p["numInputRows"] for p in second) == 700
     written = _written(spark, output)
     assert sorted(v for _, _, v in written) == list(range(1900))  # each record once
+    assert {p for p, _, _ in written} == {0, 1, 2}
     as_int = "CAST(CAST(value AS STRING) AS INT) AS v"
     assert written == _rows(_loglake(spark, cluster, subscribe=name), "partition", "offset", as_int)
 
