@@ -198,10 +198,11 @@ def produce_raw(client: WireClient, topic: str, records: bytes, *, partition: in
 
 
 def list_offset(client: WireClient, topic: str, timestamp: int, *,
-                partition: int = 0) -> tuple[int, int, int]:
-    """(error code, offset, timestamp) of a ListOffsets v7 for ``timestamp`` (-1 latest,
-    -2 earliest, -3 max timestamp)."""
-    response = client.request(2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+                partition: int = 0, version: int = 7) -> tuple[int, int, int]:
+    """(error code, offset, timestamp) of a ListOffsets (v7 unless said) for ``timestamp``
+    (-1 latest, -2 earliest, -3 max timestamp, -4 earliest local (v8+), -5 latest tiered
+    (v9+))."""
+    response = client.request(2, version, {"replica_id": -1, "isolation_level": 0, "topics": [
         {"name": topic, "partitions": [{"partition_index": partition,
                                         "current_leader_epoch": -1,
                                         "timestamp": timestamp}]}]})
@@ -374,6 +375,8 @@ def list_offsets_by_time(target: Target, prefix: str) -> dict[str, tuple[int, in
         seen["empty: latest"] = list_offset(client, topic, -1)
         seen["empty: max timestamp"] = _relative(list_offset(client, topic, -3), base)
         seen["empty: by time"] = _relative(list_offset(client, topic, base), base)
+        seen["empty: earliest local (v8)"] = list_offset(client, topic, -4, version=8)
+        seen["empty: latest tiered (v9)"] = list_offset(client, topic, -5, version=9)
         for first, last in ((0, 4), (4, 7)):
             code, _ = produce_raw(client, topic, batch(
                 [b"v%d" % i for i in range(first, last)], timestamps=stamps[first:last]))
@@ -381,6 +384,9 @@ def list_offsets_by_time(target: Target, prefix: str) -> dict[str, tuple[int, in
         seen["earliest"] = list_offset(client, topic, -2)
         seen["latest"] = list_offset(client, topic, -1)
         seen["max timestamp"] = _relative(list_offset(client, topic, -3), base)
+        # nothing tiered on either (Kafka: no remote storage; loglake: no sealed segment)
+        seen["earliest local (v8)"] = list_offset(client, topic, -4, version=8)
+        seen["latest tiered (v9)"] = list_offset(client, topic, -5, version=9)
         for step in (-1000, 0, 1, 1000, 1500, 2000, 3500, 4000, 4001):
             seen[f"time base{step:+d}"] = _relative(list_offset(client, topic, base + step),
                                                     base)

@@ -43,7 +43,7 @@ message/*Request.json in the kafka-clients 4.0.0 jar), for the APIs this broker 
 
 DOCUMENTED_DIFFERENCES = {
     1: (4, 12),  # Fetch: v13+ address topics by id
-    2: (0, 7),   # ListOffsets: v0 kept for Burrow; v8-10 (tiered offsets, timeout) not yet
+    2: (0, 9),   # ListOffsets: v0 kept for Burrow; v10 (remote-read timeout) not yet
     28: (0, 3),  # TxnOffsetCommit: v4+ need transaction version 2 (KIP-890)
     24: (0, 3),  # AddPartitionsToTxn: v4+ is the broker-to-broker form (KIP-890)
     26: (0, 4),  # EndTxn: v5 needs transaction version 2 (KIP-890)
@@ -168,7 +168,7 @@ OUTSIDE = _outside_with_schema()
 
 
 def test_outside_cases_cover_the_interesting_versions() -> None:
-    for case in [(0, 13), (1, 13), (1, 17), (2, 8), (11, 0), (11, 1), (32, 0), (35, 0)]:
+    for case in [(0, 13), (1, 13), (1, 17), (2, 10), (11, 0), (11, 1), (32, 0), (35, 0)]:
         assert case in OUTSIDE
 
 
@@ -193,7 +193,7 @@ def test_unsupported_version_echoes_partitions(cluster) -> None:
         partition = response.topics[0].partitions[0]
         assert (partition.partition_index, partition.error_code) == (
             0, ErrorCode.unsupported_version)
-        offsets = client.request(2, 8, _topic_body(2, "echoed"))
+        offsets = client.request(2, 10, _topic_body(2, "echoed"))
         assert offsets.topics[0].name == "echoed"
         assert offsets.topics[0].partitions[0].error_code == ErrorCode.unsupported_version
         fetch = client.request(1, 12, {"max_wait": 0, "topics": []})  # served: v12
@@ -219,7 +219,7 @@ def test_describe_configs_v0_gets_a_v0_answer(cluster, topic_name) -> None:
     struct.pack(">hhi", 0, 2, 7) + b"\x00\x01x" + b"\x00" * 10,   # Produce v2: no schema
     struct.pack(">hhi", 1, 3, 7) + b"\x00\x01x" + b"\x00" * 10,   # Fetch v3: no schema
     struct.pack(">hhi", 3, 99, 7) + b"\x00\x01x" + b"\x00" * 10,  # Metadata v99
-    struct.pack(">hhi", 2, 8, 7) + b"\x00\x01x" + b"\xff" * 3,    # ListOffsets v8, bad body
+    struct.pack(">hhi", 2, 10, 7) + b"\x00\x01x" + b"\xff" * 3,   # ListOffsets v10, bad body
 ], ids=["produce-v2", "fetch-v3", "metadata-v99", "undecodable-body"])
 def test_unsupported_version_without_a_parseable_answer_closes(cluster, frame) -> None:
     with WireClient.connect(cluster.bootstrap_servers) as client:

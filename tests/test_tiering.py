@@ -37,6 +37,7 @@ from tests.tiering_util import (
     wait_local_start,
     wait_tiered,
 )
+from tests.wire import WireClient
 
 KCAT = shutil.which("kcat") or shutil.which("kafkacat")
 
@@ -119,6 +120,30 @@ def test_list_offsets_by_time_reaches_into_the_table(cluster, topic_name):
         assert found[0].offset == target.offset
     finally:
         consumer.close()
+
+
+def test_list_offsets_earliest_local_and_latest_tiered(cluster, topic_name):
+    """ListOffsets v8's EARLIEST_LOCAL (-4) is the local log start, v9's LATEST_TIERED (-5)
+    the last tiered offset (Kafka's KIP-405 / KIP-1005 answers); EARLIEST (-2) stays the
+    table's first offset."""
+    create_topic(cluster.bootstrap_servers, topic_name, config={
+        **SMALL_SEGMENTS, "local.retention.ms": "0"})
+    produce(cluster.bootstrap_servers, topic_name, 2000)
+    wait_local_start(cluster.zookeeper_connect, topic_name, (0,), above=300)
+    with WireClient.connect(cluster.bootstrap_servers) as client:
+        def offset(timestamp: int, version: int = 9) -> int:
+            wanted = {"partition_index": 0, "timestamp": timestamp, "current_leader_epoch": -1}
+            response = client.request(2, version, {
+                "replica_id": -1, "isolation_level": 0,
+                "topics": [{"name": topic_name, "partitions": [wanted]}]})
+            part = response.topics[0].partitions[0]
+            assert part.error_code == 0, (timestamp, part.error_code)
+            return int(part.offset)
+        earliest, local, tiered = offset(-2), offset(-4, version=8), offset(-5)
+    table_end = TieredTable(Storage.from_url(cluster.storage_url), topic_name).tiered_end(0)
+    assert earliest == 0
+    assert 300 < local < 2000
+    assert local - 1 <= tiered < (table_end or 0), (local, tiered, table_end)
 
 
 def test_backfill_when_tiering_is_enabled_later(cluster, topic_name):

@@ -10,9 +10,10 @@ Where we differ from Kafka 4.0, and why:
 * ListOffsets serves v0 (Kafka 4.0: 1-10): LinkedIn Burrow and sarama clients configured for
   Kafka before 0.10.1 ask for end offsets with it; it is implemented in full (``old_style_offsets``,
   ``max_num_offsets``; handlers/fetch.py). A client that negotiates never picks v0 while v1+ is
-  offered, so the lower floor changes nothing for others. Its ceiling is 7: v8-v10 list the
-  local log start and the last tiered offset (KIP-405/KIP-1005) and take a timeout for remote
-  reads (KIP-1075); not implemented yet.
+  offered, so the lower floor changes nothing for others. Its ceiling is 9: v8 lists the local
+  log start (EARLIEST_LOCAL, -4; KIP-405), v9 the last tiered offset (LATEST_TIERED, -5;
+  KIP-1005), as Kafka 3.9 serves them; v10 takes a timeout for remote reads (KIP-1075): not
+  implemented yet.
 * Fetch stops at v12 (Kafka 4.0: 4-17): v13 replaces topic names by topic ids in requests and
   responses (with UNKNOWN_TOPIC_ID/INCONSISTENT_TOPIC_ID rules), v15 moves the replica id into
   ReplicaState (KIP-903), v16 adds KIP-951's leader hints, v17 the replica directory id.
@@ -82,7 +83,7 @@ API_TABLE: dict[int, Api] = {
     for api in (
         Api(0, "Produce", 3, 12, leader_hints.produce),
         Api(1, "Fetch", 4, 12, fetch.fetch),
-        Api(2, "ListOffsets", 0, 7, fetch.list_offsets),
+        Api(2, "ListOffsets", 0, 9, fetch.list_offsets),
         Api(3, "Metadata", 0, 13, metadata.metadata),
         Api(8, "OffsetCommit", 2, 9, groups.offset_commit),
         Api(9, "OffsetFetch", 1, 9, groups.offset_fetch),

@@ -130,6 +130,10 @@ log = logging.getLogger(__name__)
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+"""ListOffsets v8+ (KIP-405): the first offset of the local log."""
+LATEST_TIERED_TIMESTAMP = -5
+"""ListOffsets v9+ (KIP-1005): the last tiered offset (-1: nothing tiered)."""
 NO_RESPONSE_LIMIT = 2**31 - 1
 """The response byte limit of fetches without one (Fetch v0-2)."""
 READ_UNCOMMITTED = 0
@@ -164,6 +168,8 @@ class TierReader(Protocol):
 
     async def offset_for_timestamp(self, partition: Partition,
                                    timestamp_ms: int) -> tuple[int, int] | None: ...
+
+    def tiered_end(self, partition: Partition) -> int | None: ...
 
 
 @dataclass
@@ -512,7 +518,10 @@ class ReplicaManager:
         high watermark for read_uncommitted (``isolation_level`` 0) and the last stable offset
         for read_committed (1, ListOffsets v2+). EARLIEST (-2) is the first offset consumers
         see (the tier's when tiered), LATEST (-1) the fetchable end, MAX_TIMESTAMP (-3) the
-        record with the largest timestamp (read_committed: only below the fetchable end), any
+        record with the largest timestamp (read_committed: only below the fetchable end),
+        EARLIEST_LOCAL (-4, v8+) the local log start, LATEST_TIERED (-5, v9+) the last tiered
+        offset (-1 when nothing is tiered, as Kafka answers for a topic without remote
+        storage), any
         other timestamp the first record at or after it below the fetchable end (offset -1
         when none)."""
         partition = self.leader_partition(topic, index)
@@ -528,6 +537,11 @@ class ReplicaManager:
             return await self.tier.log_start(partition), -1
         if timestamp == LATEST_TIMESTAMP:
             return end, -1
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            return partition.log_start_offset, -1
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            tiered = self.tier.tiered_end(partition) if self.tier.storage is not None else None
+            return (tiered - 1 if tiered else -1), -1
         if timestamp == MAX_TIMESTAMP:
             found = partition.log.max_timestamp()
             if found is None or (read_committed and found[1] >= end):

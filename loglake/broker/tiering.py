@@ -170,6 +170,12 @@ class Tierer:
                                    timestamp_ms: int) -> tuple[int, int] | None:
         return await self.reads.offset_for_timestamp(partition, timestamp_ms)
 
+    def tiered_end(self, partition: Partition) -> int | None:
+        """One past the last offset this broker (the leader) tiered of ``partition``, as its
+        tier progress knows it (no I/O); None: nothing tiered or not known here."""
+        progress = self._state.progress((partition.topic, partition.index))
+        return None if progress is None else progress.tiered_end
+
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
         self._wake = asyncio.Event()
