@@ -301,19 +301,21 @@ def test_fail_on_data_loss_when_retention_expired_records(
 # -- read_committed -----------------------------------------------------------------------------
 
 
-def _transactions(bootstrap: str, topic: str) -> tuple[list[int], list[int]]:
-    """Three transactions of 100 records over 2 partitions: commit, abort, commit (values
-    0..299); then 20 non-transactional records (300..319). Returns (committed, aborted)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+def _transactions(bootstrap: str, topic: str, size: int) -> tuple[list[int], list[int]]:
+    """Five transactions of ``size`` records over 2 partitions: commit, abort, commit, abort,
+    commit (values ``0 .. 5 * size - 1``); then ``size`` non-transactional records. Returns
+    (committed, aborted) values."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 4000,
                          "transactional.id": f"kconn-{uuid.uuid4().hex[:6]}"})
     producer.init_transactions(30)
     committed: list[int] = []
     aborted: list[int] = []
-    for round_, commit in enumerate((True, False, True)):
+    for round_, commit in enumerate((True, False, True, False, True)):
         producer.begin_transaction()
-        values = list(range(round_ * 100, round_ * 100 + 100))
+        values = list(range(round_ * size, (round_ + 1) * size))
         for i in values:
             producer.produce(topic, str(i).encode(), key=f"k{i}".encode(), partition=i % 2)
+            producer.poll(0)
         if commit:
             producer.commit_transaction(30)
             committed.extend(values)
@@ -321,15 +323,21 @@ def _transactions(bootstrap: str, topic: str) -> tuple[list[int], list[int]]:
             producer.flush(30)
             producer.abort_transaction(30)
             aborted.extend(values)
-    produce_numbered(bootstrap, topic, 300, 20, partitions=2)
-    return committed + list(range(300, 320)), aborted
+    produce_numbered(bootstrap, topic, 5 * size, size, partitions=2)
+    return committed + list(range(5 * size, 6 * size)), aborted
 
 
+@pytest.mark.parametrize("from_tier", [False, True], ids=["local-log", "tier"])
 def test_read_committed_against_a_transactional_producer(
-        spark: SparkSession, cluster: DevCluster, tmp_path: Path) -> None:
+        spark: SparkSession, cluster: DevCluster, tmp_path: Path, from_tier: bool) -> None:
+    """``tier``: the brokers keep no tiered segment (``local.retention.ms=0``), so the
+    connector's fetches below the local log start are served from the Delta table."""
     name = f"ktxn.{uuid.uuid4().hex[:8]}"
-    create_topic(cluster.bootstrap_servers, name, 2)
-    committed, aborted = _transactions(cluster.bootstrap_servers, name)
+    create_topic(cluster.bootstrap_servers, name, 2,
+                 {**SMALL_SEGMENTS, "local.retention.ms": "0"} if from_tier else None)
+    committed, aborted = _transactions(cluster.bootstrap_servers, name, 400)
+    if from_tier:
+        tiering_util.wait_local_start(cluster.zookeeper_connect, name, (0, 1), above=600)
 
     read_committed = _kafka(spark, cluster, subscribe=name,
                             **{"kafka.isolation.level": "read_committed"})
@@ -337,12 +345,15 @@ def test_read_committed_against_a_transactional_producer(
     loglake = _loglake(spark, cluster, subscribe=name,
                        **{"kafka.isolation.level": "read_committed"})
     assert _rows(read_committed) == _rows(loglake)
-    everything = _kafka(spark, cluster, subscribe=name)  # read_uncommitted, Kafka's default
-    assert _values(everything) == sorted(committed + aborted)
+    everything = _values(_kafka(spark, cluster, subscribe=name))  # Kafka's read_uncommitted
+    if from_tier:  # the table holds committed records only (docs: tier + transactions)
+        assert set(committed) <= set(everything) <= set(committed + aborted)
+    else:
+        assert everything == sorted(committed + aborted)
 
     checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
     _finish(_stream(spark, cluster, name, checkpoint, output, startingOffsets="earliest",
-                    maxOffsetsPerTrigger="70", **{"kafka.isolation.level": "read_committed"}))
+                    maxOffsetsPerTrigger="700", **{"kafka.isolation.level": "read_committed"}))
     assert sorted(v for _, _, v in _written(spark, output)) == sorted(committed)
 
 
