@@ -649,3 +649,172 @@ def leader_failover(target: Target, prefix: str) -> dict[str, Any]:
     seen["leader epoch kept when the killed broker returns"] = (
         final.epochs[(topic, 0)] == failover_epoch)
     return seen
+
+
+# ----------------------------------------------------------------------- data-path scenario
+
+
+def _fetch(client: WireClient, topic: str, offset: int, *, epoch: int = -1) -> tuple[int, int]:
+    """(error code, high watermark) of a consumer Fetch v12 at ``offset``."""
+    response = client.request(1, 12, {
+        "replica_id": -1, "max_wait": 100, "min_bytes": 1, "max_bytes": 1 << 20,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1, "topics": [
+            {"topic": topic, "partitions": [{
+                "partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
+                "current_leader_epoch": epoch, "log_start_offset": -1,
+                "last_fetched_epoch": -1}]}],
+        "forgotten_topics_data": [], "rack_id": ""})
+    part = response.responses[0].partitions[0]
+    return int(part.error_code), int(part.high_watermark)
+
+
+def _delete_records(client: WireClient, topic: str, offset: int) -> tuple[int, int]:
+    response = client.request(21, 2, {"topics": [{"name": topic, "partitions": [
+        {"partition_index": 0, "offset": offset}]}], "timeout": 10000})
+    part = response.topics[0].partitions[0]
+    return int(part.error_code), int(part.low_watermark)
+
+
+def _end_for_epoch(client: WireClient, topic: str, epoch: int) -> tuple[int, int, int]:
+    response = client.request(23, 4, {"replica_id": -1, "topics": [{"topic": topic, "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": epoch}]}]})
+    part = response.topics[0].partitions[0]
+    return int(part.error_code), int(part.leader_epoch), int(part.end_offset)
+
+
+def data_path_errors(target: Target, prefix: str) -> dict[str, Any]:
+    """Produce/Fetch/ListOffsets/OffsetForLeaderEpoch/DeleteRecords answers around the edges:
+    bad acks, offsets past the end, a leader epoch from the future, deleting records, a record
+    without key on a compacted topic, idempotent duplicates and sequence gaps, LogAppendTime."""
+    topic, compacted, appended = (f"{prefix}-data", f"{prefix}-compacted",
+                                  f"{prefix}-append-time")
+    create_topic(target, topic)
+    create_topic(target, compacted, configs={"cleanup.policy": "compact"})
+    create_topic(target, appended, configs={"message.timestamp.type": "LogAppendTime"})
+    seen: dict[str, Any] = {}
+    with leader_client(target, topic) as client:
+        seen["produce 5"] = produce_raw(client, topic, batch([b"v%d" % i for i in range(5)]))
+        seen["produce acks=2"] = produce_raw(client, topic, batch([b"x"]), acks=2)[0]
+        seen["fetch at the end"] = _fetch(client, topic, 5)
+        seen["fetch past the end"], seen["fetch past the end: high watermark"] = _fetch(
+            client, topic, 6)
+        seen["fetch at -1"] = _fetch(client, topic, -1)[0]
+        seen["fetch with a future leader epoch"] = _fetch(client, topic, 0, epoch=7)[0]
+        seen["list offsets with a future leader epoch"] = client.request(2, 7, {
+            "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                {"partition_index": 0, "current_leader_epoch": 7, "timestamp": -1}]}]}
+        ).topics[0].partitions[0].error_code
+        seen["end offset for epoch 0"] = _end_for_epoch(client, topic, 0)
+        seen["end offset for a future epoch"] = _end_for_epoch(client, topic, 9)
+        seen["delete records below 3"] = _delete_records(client, topic, 3)
+        seen["delete records past the end"] = _delete_records(client, topic, 99)
+        seen["earliest after delete"] = list_offset(client, topic, -2)
+        seen["fetch below the log start"] = _fetch(client, topic, 1)[0]
+        seen["delete records to the high watermark (-1)"] = _delete_records(client, topic, -1)
+        seen["earliest after deleting all"] = list_offset(client, topic, -2)
+        seen["latest after deleting all"] = list_offset(client, topic, -1)
+        def init_producer_id() -> Any:  # Kafka answers COORDINATOR_LOAD_IN_PROGRESS (14)
+            # until its broker has a block of producer ids: a client retries
+            answer = client.request(22, 4, {"transactional_id": None,
+                                            "transaction_timeout": 60000,
+                                            "producer_id": -1, "producer_epoch": -1})
+            return answer if answer.error_code != ErrorCode.coordinator_load_in_progress else None
+        pid = wait_until(init_producer_id, timeout=30, interval=0.2,
+                         message=f"{target.name}: InitProducerId")
+        seen["init producer id"] = int(pid.error_code)
+
+        def idempotent(sequence: int, count: int = 2) -> tuple[int, int]:
+            records = encode_batch(
+                [Record(offset=i, timestamp=int(time.time() * 1000), key=None,
+                        value=b"i%d" % (sequence + i)) for i in range(count)],
+                producer_id=int(pid.producer_id), producer_epoch=int(pid.producer_epoch),
+                base_sequence=sequence)
+            return produce_raw(client, topic, records)
+        seen["idempotent seq 0"] = idempotent(0)
+        seen["idempotent seq 0 again (duplicate)"] = idempotent(0)
+        seen["idempotent seq 5 (gap)"] = idempotent(5)
+        seen["idempotent seq 2 (next)"] = idempotent(2)
+    with leader_client(target, compacted) as client:
+        seen["compacted topic, record without key"] = produce_raw(
+            client, compacted, batch([b"no key"]))[0]
+        seen["compacted topic, keyed record"] = produce_raw(
+            client, compacted, batch([b"value"], keys=[b"key"]))[0]
+    with leader_client(target, appended) as client:
+        response = client.request(0, 9, {"acks": -1, "timeout": 20000, "transactional_id": None,
+                                         "topic_data": [{"name": appended, "partition_data": [
+                                             {"index": 0, "records": batch(
+                                                 [b"a"], timestamps=[1000])}]}]})
+        part = response.responses[0].partition_responses[0]
+        stamp = part.log_append_time  # kio: a datetime, None for -1
+        millis = -1 if stamp is None else int(stamp.timestamp() * 1000) if hasattr(
+            stamp, "timestamp") else int(stamp)
+        seen["LogAppendTime: produce answers the append time"] = (int(part.error_code),
+                                                                  millis > 1000)
+        code, offset, stamp = list_offset(client, appended, -3)
+        seen["LogAppendTime: max timestamp is the append time"] = (code, offset, stamp > 1000)
+    return seen
+
+
+def group_admin_errors(target: Target, prefix: str) -> dict[str, Any]:
+    """OffsetCommit/OffsetFetch/DescribeGroups/DeleteGroups/ListGroups on unknown, empty and
+    active groups, and commits for unknown topics and partitions."""
+    topic, group, missing = f"{prefix}-offsets", f"{prefix}-offsets-group", f"{prefix}-nogroup"
+    create_topic(target, topic)
+    address = _coordinator(target, group)
+    elsewhere = next(a for a in metadata(target.bootstrap_servers).brokers.values()
+                     if a != address)
+    seen: dict[str, Any] = {}
+    with WireClient.connect(_coordinator(target, missing), timeout=REQUEST_TIMEOUT_S) as client:
+        unknown = client.request(9, 8, {"groups": [{"group_id": missing, "topics": [
+            {"name": topic, "partition_indexes": [0]}]}], "require_stable": False}).groups[0]
+        seen["offset fetch, unknown group"] = (int(unknown.error_code), [
+            (int(p.committed_offset), int(p.error_code))
+            for t in unknown.topics for p in t.partitions])
+        described = client.request(15, 5, {"groups": [missing],
+                                           "include_authorized_operations": False}).groups[0]
+        seen["describe groups, unknown group"] = (int(described.error_code),
+                                                  str(described.group_state))
+        deleted = client.request(42, 2, {"groups_names": [missing]}).results[0]
+        seen["delete groups, unknown group"] = int(deleted.error_code)
+    with WireClient.connect(elsewhere, timeout=REQUEST_TIMEOUT_S) as client:
+        wrong = client.request(9, 8, {"groups": [{"group_id": group, "topics": None}],
+                                      "require_stable": False}).groups[0]
+        seen["offset fetch at a broker that is not the coordinator"] = int(wrong.error_code)
+        wrong_join = client.request(11, 5, {
+            "group_id": group, "session_timeout": 30000, "rebalance_timeout": 20000,
+            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": subscription(topic)}]})
+        seen["join at a broker that is not the coordinator"] = int(wrong_join.error_code)
+    with WireClient.connect(address, timeout=REQUEST_TIMEOUT_S) as client:
+        def commit(name: str, partition: int, offset: int) -> int:
+            response = client.request(8, 8, {
+                "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "topics": [{"name": name, "partitions": [
+                    {"partition_index": partition, "committed_offset": offset,
+                     "committed_leader_epoch": -1, "committed_metadata": "m"}]}]})
+            return int(response.topics[0].partitions[0].error_code)
+
+        def fetch(group_id: str) -> tuple[int, list[tuple[int, int]]]:
+            response = client.request(9, 8, {"groups": [{"group_id": group_id, "topics": [
+                {"name": topic, "partition_indexes": [0, 3]}]}], "require_stable": False})
+            answer = response.groups[0]
+            return int(answer.error_code), [
+                (int(p.committed_offset), int(p.error_code))
+                for t in answer.topics for p in t.partitions]
+        seen["commit (simple consumer)"] = commit(topic, 0, 4)
+        seen["commit to an unknown partition"] = commit(topic, 3, 1)
+        seen["commit to an unknown topic"] = commit(f"{prefix}-missing", 0, 1)
+        seen["offset fetch"] = fetch(group)
+        described = client.request(15, 5, {"groups": [group],
+                                           "include_authorized_operations": False})
+        seen["describe groups"] = [(int(g.error_code), str(g.group_state),
+                                    str(g.protocol_type), len(g.members))
+                                   for g in described.groups]
+        listed = client.request(16, 4, {"states_filter": []})
+        seen["list groups: the simple group"] = [
+            (str(g.protocol_type), str(g.group_state)) for g in listed.groups
+            if g.group_id == group]
+        deleted = client.request(42, 2, {"groups_names": [group]})
+        seen["delete groups"] = [int(r.error_code) for r in deleted.results]
+        seen["offset fetch after delete"] = fetch(group)
+    return seen
