@@ -818,3 +818,84 @@ def group_admin_errors(target: Target, prefix: str) -> dict[str, Any]:
         seen["delete groups"] = [int(r.error_code) for r in deleted.results]
         seen["offset fetch after delete"] = fetch(group)
     return seen
+
+
+def _join_raw(client: WireClient, group: str, *, member_id: str = "",
+              protocols: tuple[str, ...] = ("range",), protocol_type: str = "consumer",
+              session_timeout: int = 30000, instance: str | None = None,
+              topic: str = "t") -> Any:
+    return client.request(11, 5, {
+        "group_id": group, "session_timeout": session_timeout, "rebalance_timeout": 20000,
+        "member_id": member_id, "group_instance_id": instance, "protocol_type": protocol_type,
+        "protocols": [{"name": name, "metadata": subscription(topic)} for name in protocols]})
+
+
+def group_protocols_and_static_members(target: Target, prefix: str) -> list[tuple[str, Any]]:
+    """Protocol choice among members' assignors, inconsistent protocols and protocol types,
+    session timeouts out of the broker's bounds, and a static member (``group.instance.id``)
+    rejoining with a new member id: the old id is fenced."""
+    topic, group, static_group = f"{prefix}-proto", f"{prefix}-proto-group", f"{prefix}-static"
+    create_topic(target, topic)
+    address = _coordinator(target, group)
+    seen: list[tuple[str, Any]] = []
+    with WireClient.connect(address, timeout=REQUEST_TIMEOUT_S) as a_client, \
+            WireClient.connect(address, timeout=REQUEST_TIMEOUT_S) as b_client:
+        a, b = Member(a_client, group), Member(b_client, group)
+        first = _join_raw(a_client, group, protocols=("range", "roundrobin"), topic=topic)
+        a.member_id = str(first.member_id)
+        joined = _join_raw(a_client, group, member_id=a.member_id,
+                           protocols=("range", "roundrobin"), topic=topic)
+        a.generation = int(joined.generation_id)
+        seen.append(("a alone: protocol", (int(joined.error_code), joined.protocol_name)))
+        seen.append(("a syncs", a.sync({a.member_id: b""})[0]))
+
+        def b_joins() -> Any:
+            answer = _join_raw(b_client, group, protocols=("roundrobin",), topic=topic)
+            return _join_raw(b_client, group, member_id=str(answer.member_id),
+                             protocols=("roundrobin",), topic=topic)
+        b_joined = _in_thread(b_joins)
+        wait_until(lambda: a.heartbeat() == ErrorCode.rebalance_in_progress, timeout=30,
+                   message=f"{target.name}: no rebalance announced to a")
+        rejoined = _join_raw(a_client, group, member_id=a.member_id,
+                             protocols=("range", "roundrobin"), topic=topic)
+        answer = b_joined()
+        b.member_id, b.generation = str(answer.member_id), int(answer.generation_id)
+        a.generation = int(rejoined.generation_id)
+        seen.append(("a and b: protocols", (rejoined.protocol_name, answer.protocol_name,
+                                            a.generation == b.generation)))
+        b_synced = _in_thread(lambda: b.sync({}))
+        seen.append(("a syncs", a.sync({a.member_id: b"", b.member_id: b""})[0]))
+        seen.append(("b syncs", b_synced()[0]))
+        with WireClient.connect(address, timeout=REQUEST_TIMEOUT_S) as c_client:
+            seen.append(("a member with no common assignor", int(_join_raw(
+                c_client, group, protocols=("sticky",), topic=topic).error_code)))
+            seen.append(("a member of another protocol type", int(_join_raw(
+                c_client, group, protocol_type="connect", topic=topic).error_code)))
+        for name, timeout_ms in (("below the minimum", 1000), ("above the maximum", 3_600_000)):
+            other = f"{group}-{timeout_ms}"
+            with WireClient.connect(_coordinator(target, other),
+                                    timeout=REQUEST_TIMEOUT_S) as c_client:
+                seen.append((f"session timeout {name}", int(_join_raw(
+                    c_client, other, session_timeout=timeout_ms, topic=topic).error_code)))
+        seen.append(("a leaves", a.leave()))
+        seen.append(("b leaves", b.leave()))
+    static_address = _coordinator(target, static_group)
+    with WireClient.connect(static_address, timeout=REQUEST_TIMEOUT_S) as client:
+        joined = _join_raw(client, static_group, instance="instance-1", topic=topic)
+        old_id, generation = str(joined.member_id), int(joined.generation_id)
+        seen.append(("static member joins at once", (int(joined.error_code), generation)))
+        static = Member(client, static_group, old_id, generation)
+        seen.append(("static member syncs", static.sync({old_id: b""})[0]))
+        again = _join_raw(client, static_group, instance="instance-1", topic=topic)
+        new_id = str(again.member_id)
+        seen.append(("static member rejoins with no id", (int(again.error_code),
+                                                          new_id != old_id,
+                                                          int(again.generation_id))))
+        fenced = client.request(12, 3, {"group_id": static_group, "generation_id": generation,
+                                        "member_id": old_id, "group_instance_id": "instance-1"})
+        seen.append(("the old member id heartbeats", int(fenced.error_code)))
+        left = client.request(13, 3, {"group_id": static_group, "members": [
+            {"member_id": new_id, "group_instance_id": "instance-1"}]})
+        seen.append(("static member leaves", (int(left.error_code),
+                                              [int(m.error_code) for m in left.members])))
+    return seen

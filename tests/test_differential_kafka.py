@@ -120,6 +120,14 @@ def test_group_rebalances(targets):
     assert dict(loglake)["a rejoins"]["generation"] == 2
 
 
+def test_group_protocols_and_static_members(targets):
+    """Assignor choice, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, and a static
+    member's rejoin fencing its old member id."""
+    loglake, _ = _compare(scenarios.group_protocols_and_static_members, targets)
+    assert dict(loglake)["the old member id heartbeats"] == ErrorCode.fenced_instance_id
+    assert dict(loglake)["session timeout below the minimum"] == ErrorCode.invalid_session_timeout
+
+
 def test_offsets_after_leader_failover(targets):
     """Runs last in this module: it kills (and restarts) a broker of each cluster."""
     loglake, _ = _compare(scenarios.leader_failover, targets)
