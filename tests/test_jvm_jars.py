@@ -25,7 +25,11 @@ import pytest
 
 from loglake import jvm
 from loglake.dev.harness import DevCluster
-from loglake.streaming.session import spark_configs
+from loglake.streaming.session import (
+    DELTA_SNAPSHOT_PARTITIONS,
+    DELTA_SNAPSHOT_PARTITIONS_KEY,
+    spark_configs,
+)
 from tests.admin_util import create_topic
 from tests.spark_session import SMALL_SEGMENTS, produce_numbered, wait_tiered
 
@@ -84,6 +88,7 @@ def test_the_set_has_what_delta_the_kafka_connector_and_s3a_need() -> None:
             "commons-pool2", "hadoop-aws", "bundle"} <= artifacts
     configs = spark_configs()
     assert str(configs["spark.sql.catalog.spark_catalog"]).endswith("DeltaCatalog")
+    assert configs[DELTA_SNAPSHOT_PARTITIONS_KEY] == str(DELTA_SNAPSHOT_PARTITIONS)
     assert sorted(str(configs["spark.jars"]).split(",")) == sorted(jvm.spark_jars())
 
 

@@ -215,9 +215,9 @@ def test_cli_errors_are_one_line(spark: SparkSession, cluster: DevCluster) -> No
 
 def test_views_over_s3_storage_use_the_python_reader(
         spark: SparkSession, s3_server: S3Server, tmp_path: Path, zookeeper_hosts: str) -> None:
-    """Tier on (loopback) S3: Spark has no s3 filesystem here, so the view reads the tier with
-    pyarrow through the data source; credentials come as storage options (the brokers publish
-    none)."""
+    """Tier on (loopback) S3 read with ``tier_read="python"`` (what views do where Spark has no
+    filesystem for the storage): pyarrow through the data source; credentials come as storage
+    options (the brokers publish none). Spark's own s3a read: test_delta_spark_tables.py."""
     storage_options = {f"remote.log.storage.option.{k}": v
                        for k, v in s3_server.options().items()}
     overrides = {"remote.log.storage.url": s3_server.url(f"lake-{uuid.uuid4().hex[:8]}"),
@@ -232,7 +232,7 @@ def test_views_over_s3_storage_use_the_python_reader(
         wait_until(lambda: all((table.tiered_end(p) or 0) >= 300 for p in (0, 1)), 60,
                    "both partitions tiered to offset 300", interval=0.25)
         register_topics(spark, zookeeper=dev.zookeeper_connect, topics=[topic],
-                        storage_options=secrets)
+                        storage_options=secrets, tier_read="python")
         frame = spark.table(quote_identifier(topic))
         plan = frame._jdf.queryExecution().executedPlan().toString()
         assert "FileScan parquet" not in plan

@@ -19,8 +19,9 @@ registration (version V):
    committed records only (the brokers tier below the last stable offset and never tier
    aborted records or transaction markers); markers in tables tiered before that are
    ``is_control`` rows, dropped. Spark prunes partitions by path and offsets/timestamps by Parquet
-   statistics. Used when Spark can read the storage (local files); for other schemes (s3://
-   without hadoop-aws on the classpath) the Python data source reads those files with pyarrow.
+   statistics. Used when Spark can read the storage (local files; s3:// through s3a when
+   hadoop-aws is on the classpath: session.use_storage); for other schemes the Python data
+   source reads those files with pyarrow.
    Quarantined rows (bytes the tierer could not decode, tier_rows.py) are ``is_control`` rows
    too, so the same filter keeps them out of every view: their offsets are a gap.
 2. hot tail: ``format("loglake")`` with ``startingOffsets`` = each partition's tiered end of V
@@ -70,6 +71,7 @@ from loglake.streaming.options import (
     IsolationLevel,
     Subscription,
 )
+from loglake.streaming.session import spark_uri, use_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
@@ -78,7 +80,8 @@ if TYPE_CHECKING:
 
 TierRead = Literal["auto", "spark", "python"]
 """How views read tiered rows: ``spark`` natively (Parquet), ``python`` through the loglake data
-source (pyarrow), ``auto``: ``spark`` for local storage, else ``python``."""
+source (pyarrow), ``auto``: ``spark`` where Spark reads the storage (local, or s3 through s3a:
+:func:`loglake.streaming.session.use_storage`), else ``python``."""
 
 
 def quote_identifier(name: str) -> str:
@@ -187,8 +190,8 @@ def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeepe
                             bootstrap_servers=bootstrap_servers,
                             include_headers=include_headers, isolation_level=isolation_level,
                             kafka_options=kafka_options)
-    native = storage is not None and (
-        tier_read == "spark" or (tier_read == "auto" and storage.is_local))
+    native = storage is not None and tier_read != "python" and (
+        use_storage(spark, storage) or tier_read == "spark")
     snapshot = view.tier_snapshot(topic, partitions) if native else None
     source = (spark.read.format("loglake").option("zookeeper", zookeeper)
               .option("includeHeaders", str(include_headers).lower())
@@ -289,8 +292,8 @@ def _kafka_columns(rows: DataFrame, topic: str, include_headers: bool) -> DataFr
 
 
 def _spark_uri(storage: Storage, uri: str) -> str:
-    """A URI Spark's Hadoop filesystem layer reads (local paths get ``file://``)."""
-    return "file://" + uri if storage.is_local and uri.startswith("/") else uri
+    """A URI Spark's Hadoop filesystem layer reads (``file://``, ``s3a://``)."""
+    return spark_uri(storage, uri)
 
 
 def _tier_frame(spark: SparkSession, storage: Storage, snapshot: TierSnapshot,
