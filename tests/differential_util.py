@@ -899,3 +899,82 @@ def group_protocols_and_static_members(target: Target, prefix: str) -> list[tupl
         seen.append(("static member leaves", (int(left.error_code),
                                               [int(m.error_code) for m in left.members])))
     return seen
+
+
+# -------------------------------------------------------------------- transactions scenario
+
+
+def _list_offset_isolated(client: WireClient, topic: str, timestamp: int,
+                          isolation_level: int) -> int:
+    response = client.request(2, 7, {"replica_id": -1, "isolation_level": isolation_level,
+                                     "topics": [{"name": topic, "partitions": [
+                                         {"partition_index": 0, "current_leader_epoch": -1,
+                                          "timestamp": timestamp}]}]})
+    return int(response.topics[0].partitions[0].offset)
+
+
+def _read_isolated(bootstrap: str, topic: str, isolation: str, until: int
+                   ) -> list[tuple[int, bytes | None]]:
+    """(offset, value) a consumer with ``isolation`` reads from 0 until its position reaches
+    ``until`` (markers and aborted records skipped by the client count as consumed)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{isolation}",
+                         "enable.auto.commit": False, "isolation.level": isolation,
+                         "fetch.wait.max.ms": 100})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[int, bytes | None]] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(100, timeout=0.3):
+                if msg.error() is None:
+                    got.append((msg.offset(), msg.value()))
+            position = consumer.position([TopicPartition(topic, 0)])[0].offset
+            if position >= until:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
+def transactions(target: Target, prefix: str) -> dict[str, Any]:
+    """A transactional producer: records of an open transaction (LSO vs high watermark at
+    both isolation levels), an abort, a commit; what read_committed and read_uncommitted
+    consumers read and which offsets the markers take."""
+    from confluent_kafka import Producer
+
+    topic = f"{prefix}-txn"
+    create_topic(target, topic, replication_factor=3, configs={"min.insync.replicas": "2"})
+    producer = Producer({"bootstrap.servers": target.bootstrap_servers,
+                         "transactional.id": f"{prefix}-txn-id", "linger.ms": 5,
+                         "transaction.timeout.ms": 60000})
+    seen: dict[str, Any] = {}
+    producer.init_transactions(60)
+
+    def send(values: list[bytes]) -> None:
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value, partition=0)
+        assert producer.flush(30) == 0
+    with leader_client(target, topic) as client:
+        send([b"open-%d" % i for i in range(3)])
+        seen["open: latest read_uncommitted / read_committed"] = (
+            _list_offset_isolated(client, topic, -1, 0),
+            _list_offset_isolated(client, topic, -1, 1))
+        producer.abort_transaction(30)
+        send([b"committed-%d" % i for i in range(2)])
+        producer.commit_transaction(30)
+
+        def settled() -> tuple[int, int] | None:
+            ends = (_list_offset_isolated(client, topic, -1, 0),
+                    _list_offset_isolated(client, topic, -1, 1))
+            return ends if ends[0] == ends[1] else None
+        seen["after abort and commit: latest at both levels"] = wait_until(
+            settled, timeout=30, message=f"{target.name}: the LSO did not reach the end")
+    end = seen["after abort and commit: latest at both levels"][0]
+    seen["read_committed reads"] = _read_isolated(target.bootstrap_servers, topic,
+                                                  "read_committed", end)
+    seen["read_uncommitted reads"] = _read_isolated(target.bootstrap_servers, topic,
+                                                    "read_uncommitted", end)
+    return seen

@@ -128,6 +128,14 @@ def test_group_protocols_and_static_members(targets):
     assert dict(loglake)["session timeout below the minimum"] == ErrorCode.invalid_session_timeout
 
 
+def test_transactions(targets):
+    """LSO and high watermark with a transaction open, then an abort and a commit: the
+    offsets markers take and what both isolation levels read."""
+    loglake, _ = _compare(scenarios.transactions, targets)
+    assert [value for _, value in loglake["read_committed reads"]] == [
+        b"committed-0", b"committed-1"]
+
+
 def test_offsets_after_leader_failover(targets):
     """Runs last in this module: it kills (and restarts) a broker of each cluster."""
     loglake, _ = _compare(scenarios.leader_failover, targets)
