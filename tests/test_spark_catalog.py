@@ -82,7 +82,7 @@ def test_history_time_travel_and_view_across_a_compaction(
                                              for i in range(4000)])
     acked += produce_specs(bootstrap, topic, [Spec(0, b"filler-%d" % i, b"f" * 60)
                                               for i in range(1500)])
-    wait_tiered(cluster.storage_url, topic, (0,), at_least=4000, timeout=90)
+    wait_tiered(cluster.storage_url, topic, (0,), at_least=4000, timeout=180)
 
     tables = register_tables(spark, zookeeper=zookeeper, topics=[topic])
     qualified = tables[topic]
@@ -142,7 +142,7 @@ def test_union_view_follows_retention_without_reregistration(
     old = [Spec(0, b"k%d" % i, b"old-%06d" % i, now - 3 * HOUR_MS + i) for i in range(3000)]
     new = [Spec(0, b"k%d" % i, b"new-%06d" % i) for i in range(3000)]
     acked = produce_specs(bootstrap, topic, old + new)
-    wait_tiered(cluster.storage_url, topic, (0,), at_least=4000)
+    wait_tiered(cluster.storage_url, topic, (0,), at_least=4000, timeout=180)
     wait_local_start(zookeeper, topic, (0,), above=3500)
     register_topics(spark, zookeeper=zookeeper, topics=[topic])
     view = quote_identifier(topic)
