@@ -22,10 +22,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loglake.dev.harness import DevCluster, wait_until
+from loglake.dev.kafka_peer import KafkaPeer
 from tests.java_interop import interop_jar, run_scenario, scenario_result, start_scenario
 
 __all__ = ["interop_jar"]  # the fixture, imported for pytest
@@ -79,8 +81,8 @@ def test_transactions_consume_transform_produce(java_dev: DevCluster, interop_ja
     assert result["group_offset_sum"] == 300, result
 
 
-def _revoked(events: list[dict[str, object]]) -> list[list[int]]:
-    return [list(event["partitions"]) for event in events  # type: ignore[call-overload]
+def _revoked(events: list[dict[str, Any]]) -> list[list[int]]:
+    return [list(event["partitions"]) for event in events
             if event["event"] == "revoked" and event["partitions"]]
 
 
@@ -165,3 +167,138 @@ def test_idempotent_producer_across_leader_kill(java_dev: DevCluster, interop_ja
     assert result["acked"] == 6000 and result["send_errors"] == [], result
     assert (result["consumed"], result["missing"], result["duplicates"],
             result["out_of_order"]) == (6000, 0, 0, 0), result
+
+
+
+LOGLAKE_ADMIN_VALUES = {
+    "create_topics": True,
+    "list_topics": True,
+    "describe_topics": {"partitions": 3, "replicas": 3, "topic_id_set": True},
+    "describe_configs_topic": "3600000",
+    "incremental_alter_configs": "7200000 compact,delete",
+    "alter_configs": "5400000 delete",  # AlterConfigs replaces the whole override set
+    "create_partitions": 5,
+    "delete_records": 40,
+    "commit_offsets": True,
+    "list_consumer_groups": True,
+    "describe_consumer_groups": "Empty",
+    "list_consumer_group_offsets": 50,
+    "alter_consumer_group_offsets": 60,
+    "delete_consumer_group_offsets": None,
+    "describe_log_dirs": {"1": 5, "2": 5, "3": 5},
+    "describe_replica_log_dirs": True,
+    "remove_replication_throttles": "",
+    "alter_client_quotas": True,
+    "describe_client_quotas": {"consumer_byte_rate": 2097152.0, "producer_byte_rate": 1048576.0},
+    "remove_client_quotas": 0,
+    "alter_user_scram_credentials": True,
+    "describe_user_scram_credentials": ["SCRAM_SHA_256:4096"],
+    "delete_user_scram_credentials": False,
+    "describe_features": [],
+    "fence_producers": True,
+    "delete_topics": True,
+}
+"""What the admin scenario's steps return on a 3-broker cluster, loglake and Apache Kafka 3.9
+alike (the other steps' values name brokers, ids or timings)."""
+
+EXPECTED_ADMIN_ERRORS = {
+    # the group had offsets only (a standalone consumer's commit) and they were deleted just
+    # before: Kafka 3.9 answers GROUP_ID_NOT_FOUND too
+    "delete_consumer_groups": "GroupIdNotFoundException",
+    # no authorizer configured: SECURITY_DISABLED, as Kafka
+    "describe_acls": "SecurityDisabledException",
+}
+
+
+def _outcomes(steps: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {name: "ok" if step["ok"] else step["error"] for name, step in steps.items()}
+
+
+def _check_admin(result: dict[str, Any]) -> None:
+    steps: dict[str, dict[str, Any]] = result["steps"]
+    failed = {name: step for name, step in steps.items()
+              if not step["ok"] and EXPECTED_ADMIN_ERRORS.get(name) != step["error"]}
+    assert not failed, failed
+    for name, error in EXPECTED_ADMIN_ERRORS.items():
+        assert steps[name].get("error") == error, (name, steps[name])
+    values = {name: steps[name].get("value") for name in LOGLAKE_ADMIN_VALUES}
+    assert values == LOGLAKE_ADMIN_VALUES
+    assert steps["describe_cluster"]["value"]["brokers"] == [1, 2, 3]
+    offsets = steps["list_offsets"]["value"]
+    assert (offsets["earliest"], offsets["latest"]) == (40, 100), offsets
+    elected = steps["elect_leaders_preferred"]["value"]
+    assert set(elected.values()) == {"ElectionNotNeededException"}, elected
+    # the throttled move: the target replica is listed as adding, then becomes the only one
+    target = steps["alter_partition_reassignments"]["value"][1]
+    assert steps["set_replication_throttles"]["value"] == f"10485760 0:{target}"
+    assert steps["list_partition_reassignments"]["value"] in (f"adding [{target}]", "done")
+    assert steps["reassignment_completed"]["value"] == target
+
+
+def test_admin_client(java_dev: DevCluster, interop_jar: Path) -> None:
+    """Every AdminClient call the issue names, with Kafka's answers: topics, configs, partitions,
+    records, groups and offsets, log dirs, elections, reassignment under replication throttles,
+    client quotas, SCRAM users."""
+    result = run_scenario(interop_jar, "admin", java_dev.bootstrap_servers,
+                          prefix=_name("java-admin"), timeout_s=60, timeout=240)
+    _check_admin(result)
+
+
+def _compatibility_section() -> str:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("## Kafka API compatibility")
+    end = readme.find("\n## ", start + 1)
+    return readme[start:end if end > 0 else None]
+
+
+def test_admin_client_same_as_kafka(java_dev: DevCluster, kafka_peer: KafkaPeer,
+                                    interop_jar: Path) -> None:
+    """The same admin scenario against Apache Kafka 3.9 (the peer): every step has the same
+    outcome and the same values; every call loglake does not serve (the probes) answers with the
+    error the README's "Kafka API compatibility" section lists for it."""
+    ours = run_scenario(interop_jar, "admin", java_dev.bootstrap_servers,
+                        prefix=_name("java-admin"), timeout_s=60, timeout=240)
+    theirs = run_scenario(interop_jar, "admin", kafka_peer.bootstrap_servers,
+                          prefix=_name("java-admin"), timeout_s=60, timeout=240)
+    _check_admin(theirs)  # the expectations are Kafka's own answers
+    assert _outcomes(ours["steps"]) == _outcomes(theirs["steps"])
+    section = _compatibility_section()
+    for name, probe in ours["probes"].items():
+        call = name.split(" ")[0]
+        if probe["ok"]:
+            continue
+        row = next((line for line in section.splitlines() if f"`{call}`" in line), None)
+        assert row is not None, f"{call} ({probe['error']}) is not in the README's table"
+        assert probe["error"] in row, (row, probe)
+        kafka_error = theirs["probes"][name].get("error", "ok")
+        assert kafka_error in row, (row, theirs["probes"][name])
+
+
+def test_client_quota_describe_reads_what_another_broker_wrote(java_dev: DevCluster) -> None:
+    """AlterClientQuotas through one broker, DescribeClientQuotas right after through another
+    (the Java AdminClient picks the least loaded broker for each): the describe sees the write,
+    as on Kafka's ZooKeeper-mode brokers, which read ZooKeeper (the admin scenario's quota steps
+    went stale before loglake's describe read ZooKeeper instead of the broker's cache)."""
+    from kio.schema.errors import ErrorCode
+
+    from tests.wire import WireClient
+
+    user = _name("quota-user")
+    ports = [java_dev.broker_port(broker) for broker in (1, 2, 3)]
+    stale = []
+    for round_ in range(30):
+        rate = float(1_000_000 + round_)
+        with WireClient("127.0.0.1", ports[round_ % 3]) as wire:
+            altered = wire.request(49, 1, {"entries": [{
+                "entity": [{"entity_type": "user", "entity_name": user}],
+                "ops": [{"key": "producer_byte_rate", "value": rate, "remove": False}]}],
+                "validate_only": False})
+        assert [e.error_code for e in altered.entries] == [ErrorCode.none], altered
+        with WireClient("127.0.0.1", ports[(round_ + 1) % 3]) as wire:
+            described = wire.request(48, 1, {"components": [
+                {"entity_type": "user", "match_type": 0, "match": user}], "strict": True})
+        assert described.error_code == ErrorCode.none, described
+        seen = [value.value for entry in described.entries or () for value in entry.values]
+        if seen != [rate]:
+            stale.append((round_, seen))
+    assert stale == []

@@ -5,8 +5,11 @@ Authorization (Kafka 4.0's ``KafkaApis``, through handlers/authz.py): DescribeCl
 needs DESCRIBE_CONFIGS on the cluster, AlterClientQuotas ALTER_CONFIGS on the cluster; a
 refusal answers CLUSTER_AUTHORIZATION_FAILED (describe: top-level; alter: on every entry).
 
-Describe answers from this broker's quota cache (broker/quotas/config_sync.py keeps it equal to
-ZooKeeper within milliseconds), as a Kafka 4.0 broker answers from its metadata image.
+Describe reads the entity configs from ZooKeeper (on the ZooKeeper executor), as Kafka's
+ZooKeeper-mode brokers do, so an alter through one broker is seen at once by a describe on any
+other (the Java AdminClient sends the two to whichever brokers are least loaded); this broker's
+quota cache (broker/quotas/config_sync.py) follows within milliseconds and only enforces.
+ZooKeeper unavailable: the describe answers the catalog error's code.
 Alter writes each valid entry's keys to its entity znode (catalog/entity_configs.py: only the
 quota keys named change; SCRAM credentials beside them stay), which notifies every broker, and
 applies the result to this broker's cache at once. ``validate_only`` validates and writes
@@ -30,7 +33,7 @@ from loglake.broker.quotas.alteration import (
     describe,
     describe_entity,
 )
-from loglake.broker.quotas.entities import QuotaEntity
+from loglake.broker.quotas.entities import QuotaEntity, entity_of_path, quota_values
 from loglake.broker.security.acl_model import AclOperation
 from loglake.errors import LoglakeError
 
@@ -75,7 +78,15 @@ async def describe_client_quotas(services: QuotaServices, frame: RequestFrame) -
     components = [Component(c.entity_type, int(c.match_type), c.match)
                   for c in request.components]
     try:
-        matched = describe(components, bool(request.strict), services.quotas.entity_quotas())
+        configs = await services.zk.call(services.zk.catalog.config_changes().load_all)
+    except LoglakeError as exc:
+        return build(cls, {"error_code": exc.code, "error_message": str(exc)[:300],
+                           "entries": None})
+    stored = {entity: values for path, config in configs.items()
+              if (entity := entity_of_path(path)) is not None
+              and (values := quota_values(config))}
+    try:
+        matched = describe(components, bool(request.strict), stored)
     except QuotaRequestError as exc:
         return build(cls, {"error_code": exc.code, "error_message": exc.message,
                            "entries": None})

@@ -108,6 +108,24 @@ final class Clients {
         return condition.getAsBoolean();
     }
 
+    /**
+     * Wait until {@code condition} held {@code times} checks in a row (100 ms apart) or the
+     * timeout passes. For cluster metadata: the Admin client asks the least loaded broker each
+     * time, and a new topic reaches every broker's metadata a little apart.
+     */
+    static boolean waitForSteady(Duration timeout, int times, BooleanSupplier condition) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        int inRow = 0;
+        while (System.nanoTime() < deadline) {
+            inRow = condition.getAsBoolean() ? inRow + 1 : 0;
+            if (inRow >= times) {
+                return true;
+            }
+            sleep(100);
+        }
+        return false;
+    }
+
     static void sleep(long millis) {
         try {
             Thread.sleep(millis);

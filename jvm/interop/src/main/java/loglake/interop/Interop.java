@@ -37,7 +37,7 @@ public final class Interop {
                 case "transactions" -> result.putAll(TransactionScenario.run(options));
                 case "group-rebalance" -> result.putAll(GroupScenarios.rebalance(options));
                 case "static-membership" -> result.putAll(GroupScenarios.staticMembership(options));
-                
+                case "admin" -> result.putAll(AdminScenario.run(options));
                 default -> {
                     usage("unknown scenario " + options.scenario());
                     return;
