@@ -3,7 +3,9 @@
 The scenarios are Java programs in ``jvm/interop`` (built once per session by the
 ``interop_jar`` fixture, tests/java_interop.py); each prints a JSON result that these tests
 check. One 3-broker cluster (on the session's ZooKeeper) serves the module: replication matters
-for acks=all, min.insync.replicas, leader elections and reassignments.
+for acks=all, min.insync.replicas, leader elections and reassignments. The client scenarios
+and the admin scenario also run against Apache Kafka 3.9 (the session's ``kafka_peer``), so
+every expectation here is Kafka's own behaviour.
 
 * idempotent producer, acks=all: every acknowledged record read back once, in order per
   partition (also while the partition leader is SIGKILLed: slow);
@@ -20,9 +22,9 @@ for acks=all, min.insync.replicas, leader elections and reassignments.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -50,14 +52,40 @@ def java_dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
         yield dev
 
 
+class Target(Protocol):
+    """What the scenarios need of a cluster: DevCluster (loglake) and KafkaPeer both have it."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 1,
+                     configs: Mapping[str, str] | None = None, wait_isr: bool = True,
+                     timeout: float = 30.0) -> None: ...
+
+
+@pytest.fixture(params=["loglake", "kafka"])
+def target(request: pytest.FixtureRequest) -> Target:
+    """The module's loglake cluster, or the Apache Kafka 3.9 peer: the client scenarios run on
+    both, so their expectations are Kafka's own behaviour."""
+    peer: Target = request.getfixturevalue(
+        "java_dev" if request.param == "loglake" else "kafka_peer")
+    return peer
+
+
+def _topic(target: Target, prefix: str, partitions: int) -> str:
+    name = _name(prefix)
+    target.create_topic(name, partitions=partitions, replication_factor=3,
+                        configs={"min.insync.replicas": "2"})
+    return name
+
+
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def test_idempotent_producer_acks_all(java_dev: DevCluster, interop_jar: Path) -> None:
-    topic = _name("java-idem")
-    java_dev.create_topic(topic, partitions=3, replication_factor=3)
-    result = run_scenario(interop_jar, "idempotent-producer", java_dev.bootstrap_servers,
+def test_idempotent_producer_acks_all(target: Target, interop_jar: Path) -> None:
+    topic = _topic(target, "java-idem", 3)
+    result = run_scenario(interop_jar, "idempotent-producer", target.bootstrap_servers,
                           topic=topic, records=3000)
     assert result["acked"] == 3000, result
     assert result["send_errors"] == []
@@ -65,11 +93,10 @@ def test_idempotent_producer_acks_all(java_dev: DevCluster, interop_jar: Path) -
             result["out_of_order"]) == (3000, 0, 0, 0), result
 
 
-def test_transactions_consume_transform_produce(java_dev: DevCluster, interop_jar: Path) -> None:
-    source, sink, group = _name("java-txn-in"), _name("java-txn-out"), _name("java-txn-group")
-    java_dev.create_topic(source, partitions=2, replication_factor=3)
-    java_dev.create_topic(sink, partitions=2, replication_factor=3)
-    result = run_scenario(interop_jar, "transactions", java_dev.bootstrap_servers,
+def test_transactions_consume_transform_produce(target: Target, interop_jar: Path) -> None:
+    source, sink = _topic(target, "java-txn-in", 2), _topic(target, "java-txn-out", 2)
+    group = _name("java-txn-group")
+    result = run_scenario(interop_jar, "transactions", target.bootstrap_servers,
                           input=source, output=sink, group=group, records=300, batch=25,
                           abort_every=3)
     assert result["aborted_transactions"] >= 1, result
@@ -87,10 +114,9 @@ def _revoked(events: list[dict[str, Any]]) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
-def test_group_rebalance(java_dev: DevCluster, interop_jar: Path, assignor: str) -> None:
-    topic, group = _name(f"java-{assignor}"), _name("java-group")
-    java_dev.create_topic(topic, partitions=4, replication_factor=3)
-    result = run_scenario(interop_jar, "group-rebalance", java_dev.bootstrap_servers,
+def test_group_rebalance(target: Target, interop_jar: Path, assignor: str) -> None:
+    topic, group = _topic(target, f"java-{assignor}", 4), _name("java-group")
+    result = run_scenario(interop_jar, "group-rebalance", target.bootstrap_servers,
                           topic=topic, group=group, partitions=4, assignor=assignor)
     assert result["a_alone"] and result["shared"] and result["a_after_leave"], result
     assert result["phase1"]["a"] == [0, 1, 2, 3]
@@ -111,14 +137,13 @@ def test_group_rebalance(java_dev: DevCluster, interop_jar: Path, assignor: str)
         assert revoked == [shared["b"]], events
 
 
-def test_static_membership_restart_without_rebalance(java_dev: DevCluster, interop_jar: Path
+def test_static_membership_restart_without_rebalance(target: Target, interop_jar: Path
                                                      ) -> None:
     """KIP-345: member b (``group.instance.id``) is closed, which sends no LeaveGroup, and
     restarted with the same instance id within the session timeout: it gets its partitions back
     in the same generation and member a sees no rebalance callback."""
-    topic, group = _name("java-static"), _name("java-static-group")
-    java_dev.create_topic(topic, partitions=4, replication_factor=3)
-    result = run_scenario(interop_jar, "static-membership", java_dev.bootstrap_servers,
+    topic, group = _topic(target, "java-static", 4), _name("java-static-group")
+    result = run_scenario(interop_jar, "static-membership", target.bootstrap_servers,
                           topic=topic, group=group, partitions=4, session_ms=30000)
     assert result["stable"] and result["rejoined"], result
     assert result["restart_ms"] < 30000, result

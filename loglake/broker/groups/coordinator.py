@@ -268,7 +268,11 @@ class GroupCoordinator:
         group.static[instance_id] = member.member_id
         if group.leader == old.member_id:
             group.leader = member.member_id
-        if group.state is GroupState.STABLE and old.protocols == member.protocols:
+        # Kafka's rule (updateStaticMemberAndRebalance): a rejoin while Stable rebalances only
+        # when the group's selected protocol would change; the metadata bytes may differ
+        # between a member's joins (the Java consumer's subscription carries its generation and
+        # owned partitions). The member keeps the old member id's assignment.
+        if group.state is GroupState.STABLE and group.select_protocol() == group.protocol:
             await self._persist(group)
             return self._join_response(group, member)
         return await self._join_and_wait(group, member, new=False)
