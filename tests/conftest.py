@@ -71,7 +71,8 @@ SPARK_GROUP = "spark"
 """xdist group of every file with a Spark test: one worker, one Spark JVM."""
 
 LONGEST_GROUPS_FIRST = (
-    SPARK_GROUP, "test_replication_matrix.py", "test_group_faults.py",
+    SPARK_GROUP, "test_kafka_streams.py", "test_kafka_connect.py", "test_differential_kafka.py",
+    "test_java_client.py", "test_replication_matrix.py", "test_group_faults.py",
     "test_replication_faults.py", "test_recovery_no_holes.py", "test_broker_startup_zk.py",
     "test_groups_interop.py", "test_client_groups.py", "test_tool_addresses.py",
     "test_tiering.py", "test_reassignment.py", "test_broker_zookeeper.py", "test_groups_cli.py",
