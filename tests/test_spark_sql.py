@@ -206,6 +206,36 @@ def test_cli_formats(spark: SparkSession, cluster: DevCluster, tiered_topic: tup
     assert "--max-rows" in captured.err
 
 
+def test_cli_reads_catalog_tables_with_history_and_time_travel(
+        spark: SparkSession, cluster: DevCluster, tiered_topic: tuple[str, int],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``loglake sql`` registers the Delta tables a query names (``loglake.<name>``), so
+    DESCRIBE HISTORY and VERSION AS OF work from the shell."""
+    from loglake.streaming.session import delta_enabled
+    from loglake.streaming.spark_catalog import table_names
+
+    if not delta_enabled(spark):
+        pytest.skip("delta-spark is not fetched (python -m loglake.jvm fetch spark)")
+    topic, _ = tiered_topic
+    table = "loglake." + table_names([topic])[topic]
+    args = _sql_args(cluster, f"DESCRIBE HISTORY {table}", "--format", "json")
+    assert args.handler(args) == 0
+    history = sorted((json.loads(line) for line in capsys.readouterr().out.splitlines()),
+                     key=lambda h: h["version"])
+    assert history and all("loglake tier" in (h["userMetadata"] or "") for h in history[1:])
+    first_tier = history[1]["version"]
+    storage = storage_of(cluster.zookeeper_connect)
+    tiered = TieredTable(storage, topic)
+    delta = DeltaTable(tiered.uri, version=first_tier, storage_options=storage.delta_options())
+    rows = delta.to_pyarrow_dataset(filesystem=storage.pyarrow_filesystem(tiered.uri)).to_table(
+        columns=["is_control"])
+    expected = rows.num_rows - sum(rows.column("is_control").to_pylist())
+    args = _sql_args(cluster, f"SELECT count(*) AS n FROM {table} VERSION AS OF {first_tier} "
+                     f"WHERE NOT is_control", "--format", "json")
+    assert args.handler(args) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0]) == {"n": expected}
+
+
 def test_cli_errors_are_one_line(spark: SparkSession, cluster: DevCluster) -> None:
     args = _sql_args(cluster, "SELECT * FROM no_such_topic_here")
     with pytest.raises(sql_cli.SqlError, match=r"TABLE_OR_VIEW_NOT_FOUND") as info:

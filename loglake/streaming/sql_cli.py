@@ -123,6 +123,8 @@ def run_sql(args: argparse.Namespace) -> int:
     from pyspark.errors import PySparkException
 
     from loglake.streaming.offsets import ClusterView
+    from loglake.streaming.session import delta_enabled
+    from loglake.streaming.spark_catalog import register_tables
     from loglake.streaming.sql_views import register_topics
 
     logging.getLogger("kazoo").addHandler(logging.NullHandler())  # errors are raised instead
@@ -135,7 +137,9 @@ def run_sql(args: argparse.Namespace) -> int:
     try:  # before starting Spark, so a wrong address fails fast
         catalog = view.catalog()
         assert catalog is not None
-        named = referenced_topics(args.query, catalog.topic_names())
+        topics = catalog.topic_names()
+        named = referenced_topics(args.query, topics)
+        tables = referenced_tables(args.query, topics)
     finally:
         view.close()
     from pyspark.sql import SparkSession
@@ -146,6 +150,8 @@ def run_sql(args: argparse.Namespace) -> int:
         register_topics(spark, zookeeper=zookeeper, topics=named,
                         bootstrap_servers=args.bootstrap_server,
                         isolation_level=args.isolation_level, kafka_options=kafka_options)
+        if tables and delta_enabled(spark):  # loglake.<name>: the Delta tables (time travel)
+            register_tables(spark, zookeeper=zookeeper, topics=tables)
         try:
             frame = spark.sql(args.query)
             columns = list(frame.columns)
@@ -210,6 +216,16 @@ def quiet_session(master: str) -> SparkSession:
     for name in _PYSPARK_ERROR_LOGGERS:  # they print each failed query as JSON on stderr
         PySparkLogger.getLogger(name).disabled = True
     return session
+
+
+def referenced_tables(query: str, topics: Sequence[str]) -> list[str]:
+    """Topics whose catalog table (``loglake.<name>``, streaming/spark_catalog.py) the query
+    names (a superset: the qualified name appears verbatim)."""
+    from loglake.streaming.spark_catalog import DEFAULT_DATABASE, table_names
+
+    lowered = query.lower()
+    return [topic for topic, name in table_names(topics).items()
+            if f"{DEFAULT_DATABASE}.{name}" in lowered]
 
 
 def referenced_topics(query: str, topics: Sequence[str]) -> list[str]:
