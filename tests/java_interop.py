@@ -1,11 +1,10 @@
 """The Java interop jar (``jvm/interop``): built once per test session, scenarios run from tests.
 
 ``interop_jar`` (session fixture) builds ``jvm/interop`` with ``mvn -q -B package`` into
-``jvm/interop/target/loglake-interop.jar`` (git-ignored) unless the jar is newer than the Maven
-file and every Java source; an exclusive file lock (``target/.build.lock``) serialises builds of
-several pytest workers. It skips the test only when the fetched ``kafka`` jar set
-(``python -m loglake.jvm fetch kafka``, which ``./run test`` does) is absent: the jar is run
-against kafka-clients from that set.
+``jvm/interop/target/loglake-interop.jar`` (git-ignored) once for all pytest workers
+(:func:`tests.jvm_build.build_jar`: only when a source is newer than the jar). It skips the
+test only when the fetched ``kafka`` jar set (``python -m loglake.jvm fetch kafka``, which
+``./run test`` does) is absent: the jar is run against kafka-clients from that set.
 
 :func:`run_scenario` runs one scenario (``java -cp <jar>:<kafka set>/* loglake.interop.Interop``)
 bounded by a timeout and returns the JSON object it printed last on stdout; :func:`start_scenario`
@@ -15,10 +14,8 @@ The JVM heap is small (``-Xmx256m``): the box is shared.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,38 +23,11 @@ from typing import Any
 import pytest
 
 from loglake import jvm
+from tests.jvm_build import build_jar
 
 PROJECT = Path(__file__).resolve().parent.parent / "jvm" / "interop"
 JAR = PROJECT / "target" / "loglake-interop.jar"
 MAIN_CLASS = "loglake.interop.Interop"
-BUILD_TIMEOUT_S = 300.0
-
-
-def _stale(jar: Path) -> bool:
-    if not jar.is_file():
-        return True
-    built = jar.stat().st_mtime
-    sources = [PROJECT / "pom.xml", *sorted((PROJECT / "src").rglob("*.java"))]
-    return any(path.stat().st_mtime > built for path in sources)
-
-
-def build_jar() -> Path:
-    """Build the interop jar unless it is up to date; return its path. RuntimeError with Maven's
-    output when the build fails."""
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise RuntimeError("Maven (mvn) is not installed: cannot build jvm/interop")
-    (PROJECT / "target").mkdir(exist_ok=True)
-    with open(PROJECT / "target" / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _stale(JAR):
-            done = subprocess.run([mvn, "-q", "-B", "-f", str(PROJECT / "pom.xml"), "package"],
-                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-                                  check=False)
-            if done.returncode != 0 or not JAR.is_file():
-                raise RuntimeError(f"mvn package of jvm/interop failed (exit {done.returncode}):"
-                                   f"\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-    return JAR
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +35,7 @@ def interop_jar() -> Path:
     if not jvm.available("kafka"):
         pytest.skip("the kafka jar set is not fetched (python -m loglake.jvm fetch kafka; "
                     "./run test does it): the Java interop scenarios run on its kafka-clients")
-    return build_jar()
+    return build_jar(PROJECT, JAR.name)
 
 
 def _command(jar: Path, scenario: str, bootstrap: str, values: dict[str, Any]) -> list[str]:

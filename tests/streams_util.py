@@ -1,11 +1,10 @@
 """The Kafka Streams scenario jar (``jvm/streams``) for tests: build, run commands, instances.
 
 ``streams_jar`` (session fixture) builds ``jvm/streams`` with ``mvn -q -B package`` into
-``jvm/streams/target/loglake-streams.jar`` (git-ignored) unless the jar is newer than the Maven
-file and every source; an exclusive file lock (``target/.build.lock``) serialises builds of
-several pytest workers. It skips the test only when the fetched ``kafka`` jar set
-(``python -m loglake.jvm fetch kafka``, which ``./run test`` does) is absent: the jar runs on
-kafka-streams and kafka-clients from that set.
+``jvm/streams/target/loglake-streams.jar`` (git-ignored) once for all pytest workers
+(:func:`tests.jvm_build.build_jar`: only when a source is newer than the jar). It skips the
+test only when the fetched ``kafka`` jar set (``python -m loglake.jvm fetch kafka``, which
+``./run test`` does) is absent: the jar runs on kafka-streams and kafka-clients from that set.
 
 :func:`run_command` runs ``produce`` or ``verify`` to its end (bounded) and returns the JSON it
 printed; :class:`StreamsInstance` is one Kafka Streams process of the topology (``run``), a
@@ -15,10 +14,8 @@ the test SIGKILLs, restarts and stops. JVM heaps are small (``-Xmx256m``): the b
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -29,40 +26,12 @@ import pytest
 from loglake import jvm
 from loglake.dev.harness import wait_until
 from loglake.dev.zookeeper import find_java
+from tests.jvm_build import build_jar
 
 PROJECT = Path(__file__).resolve().parent.parent / "jvm" / "streams"
 JAR = PROJECT / "target" / "loglake-streams.jar"
 MAIN_CLASS = "loglake.streams.Main"
-BUILD_TIMEOUT_S = 300.0
 HEAP = "-Xmx256m"
-
-
-def _stale(jar: Path) -> bool:
-    if not jar.is_file():
-        return True
-    built = jar.stat().st_mtime
-    sources = [PROJECT / "pom.xml", *sorted(path for path in (PROJECT / "src").rglob("*")
-                                             if path.is_file())]
-    return any(path.stat().st_mtime > built for path in sources)
-
-
-def build_jar() -> Path:
-    """Build the scenario jar unless it is up to date; return its path. RuntimeError with
-    Maven's output when the build fails."""
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise RuntimeError("Maven (mvn) is not installed: cannot build jvm/streams")
-    (PROJECT / "target").mkdir(exist_ok=True)
-    with open(PROJECT / "target" / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _stale(JAR):
-            done = subprocess.run([mvn, "-q", "-B", "-f", str(PROJECT / "pom.xml"), "package"],
-                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-                                  check=False)
-            if done.returncode != 0 or not JAR.is_file():
-                raise RuntimeError(f"mvn package of jvm/streams failed (exit {done.returncode}):"
-                                   f"\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-    return JAR
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +39,7 @@ def streams_jar() -> Path:
     if not jvm.available("kafka"):
         pytest.skip("the kafka jar set is not fetched (python -m loglake.jvm fetch kafka; "
                     "./run test does it): the Streams scenarios run on its kafka-streams")
-    return build_jar()
+    return build_jar(PROJECT, JAR.name)
 
 
 def java_command(jar: Path, command: str, **options: Any) -> list[str]:
