@@ -1,7 +1,8 @@
 """Build a Maven project under ``jvm/`` once for all pytest workers (the scenario jars).
 
 :func:`build_jar` runs ``mvn -q -B -f <project>/pom.xml package`` unless the jar is newer than
-the project's Maven file and every file under its ``src/``; the jar lands in
+the project's Maven file, every file under its ``src/`` and the sources the scenario jars share
+(``jvm/common/src``, a second source root in their Maven files); the jar lands in
 ``<project>/target/`` (git-ignored). An exclusive file lock (``<project>/target/.build.lock``)
 serialises the builds of several pytest workers: the first builds, the others wait and find the
 jar up to date. Build failures raise RuntimeError with the tail of Maven's output.
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 BUILD_TIMEOUT_S = 300.0
+SHARED_SOURCES = Path(__file__).resolve().parent.parent / "jvm" / "common" / "src"
 
 
 def _stale(project: Path, jar: Path) -> bool:
@@ -22,7 +24,8 @@ def _stale(project: Path, jar: Path) -> bool:
         return True
     built = jar.stat().st_mtime
     sources = [project / "pom.xml",
-               *sorted(path for path in (project / "src").rglob("*") if path.is_file())]
+               *sorted(path for root in (project / "src", SHARED_SOURCES)
+                       for path in root.rglob("*") if path.is_file())]
     return any(path.stat().st_mtime > built for path in sources)
 
 

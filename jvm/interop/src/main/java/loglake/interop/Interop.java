@@ -3,6 +3,8 @@ package loglake.interop;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
+import loglake.common.Json;
+
 /**
  * Entry point: {@code Interop SCENARIO --bootstrap HOST:PORT[,...] [key=value ...]}.
  *

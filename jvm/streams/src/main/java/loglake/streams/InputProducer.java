@@ -9,6 +9,8 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.StringSerializer;
 
+import loglake.common.Json;
+
 /**
  * Writes the topology's input with an idempotent producer (acks=all): the labels table and lines
  * {@code [from, to)} of {@link Corpus}. Every send is acknowledged before the command returns, so

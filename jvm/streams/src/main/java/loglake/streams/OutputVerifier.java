@@ -18,6 +18,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
+import loglake.common.Json;
+
 /**
  * Reads the topology's three output topics from the beginning with a read_committed consumer
  * until the latest value of every key equals what {@link Corpus} says for {@code --lines N}

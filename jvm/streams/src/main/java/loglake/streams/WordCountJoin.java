@@ -23,6 +23,8 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.state.KeyValueStore;
 
+import loglake.common.Json;
+
 /**
  * The word-count-with-join topology, run unchanged with {@code exactly_once_v2}.
  *

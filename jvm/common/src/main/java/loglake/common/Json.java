@@ -1,14 +1,21 @@
-package loglake.streams;
+package loglake.common;
 
 import java.util.Collection;
 import java.util.Map;
 
-/** A minimal JSON writer for the results this program prints (maps, lists, strings, numbers). */
-final class Json {
+/**
+ * A minimal JSON writer for the scenario programs' results: maps (string keys), collections,
+ * strings, numbers, booleans and null. Integers print as they are; other numbers print as
+ * doubles, non-finite ones as null. Kept here so the jars need nothing beyond the Kafka jars.
+ *
+ * <p>Shared source, not a Maven module: jvm/interop and jvm/streams compile this directory as a
+ * second source root (their pom's compileSourceRoots), so each jar still holds all its classes.
+ */
+public final class Json {
     private Json() {
     }
 
-    static String write(Object value) {
+    public static String write(Object value) {
         StringBuilder out = new StringBuilder();
         append(out, value);
         return out.toString();
@@ -41,8 +48,12 @@ final class Json {
                 append(out, item);
             }
             out.append(']');
-        } else if (value instanceof Number || value instanceof Boolean) {
+        } else if (value instanceof Boolean || value instanceof Integer || value instanceof Long
+                || value instanceof Short) {
             out.append(value);
+        } else if (value instanceof Number number) {
+            double d = number.doubleValue();
+            out.append(Double.isFinite(d) ? Double.toString(d) : "null");
         } else {
             appendString(out, value.toString());
         }
@@ -50,7 +61,8 @@ final class Json {
 
     private static void appendString(StringBuilder out, String text) {
         out.append('"');
-        for (char c : text.toCharArray()) {
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
             switch (c) {
                 case '"' -> out.append("\\\"");
                 case '\\' -> out.append("\\\\");
