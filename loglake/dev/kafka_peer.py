@@ -274,24 +274,10 @@ class KafkaPeer:
         if handle is None:
             raise ClusterStateError(f"Kafka broker {broker_id} was not started")
         port = self.broker_port(broker_id)
-        deadline = time.monotonic() + timeout
-        while True:
-            if not process.is_alive(handle):
-                code = process.exit_status(handle.pid)
-                status = "" if code is None else f" with exit code {code}"
-                raise StartupError(
-                    f"Kafka broker {broker_id} (pid {handle.pid}) exited during startup{status}",
-                    log_path=self.log_path(broker_id),
-                    log_tail=process.log_tail(self.log_path(broker_id)))
-            if net.kafka_api_versions_ok(port) and self._metadata_complete(port):
-                return
-            if time.monotonic() >= deadline:
-                raise StartupError(
-                    f"Kafka broker {broker_id} (pid {handle.pid}) was not ready on port {port} "
-                    f"within {timeout:g}s",
-                    log_path=self.log_path(broker_id),
-                    log_tail=process.log_tail(self.log_path(broker_id)))
-            time.sleep(0.2)
+        process.wait_ready(
+            handle, lambda: net.kafka_api_versions_ok(port) and self._metadata_complete(port),
+            name=f"Kafka broker {broker_id}", log_path=self.log_path(broker_id),
+            timeout=timeout, not_ready=f"was not ready on port {port}", interval=0.2)
 
     def _metadata_complete(self, port: int) -> bool:
         """True when the broker on ``port`` lists every live broker of this peer."""

@@ -23,11 +23,11 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loglake.dev.errors import DevError
+from loglake.dev.errors import DevError, StartupError
 
 POLL_INTERVAL_S = 0.05
 """How often waits re-check process state."""
@@ -200,6 +200,29 @@ def kill(handles: Iterable[ProcessHandle]) -> None:
         pids = ", ".join(str(handle.pid) for handle in survivors)
         raise DevError(f"processes {pids} did not exit {KILL_WAIT_S:g}s after SIGKILL",
                        hint="check `ps -o pid,stat,wchan -p <pid>` for a stuck process")
+
+
+def wait_ready(handle: ProcessHandle, ready: Callable[[], bool], *, name: str, log_path: Path,
+               timeout: float, not_ready: str, interval: float = 0.1) -> None:
+    """Return once ``ready()`` (a readiness probe) is true for the started process ``handle``.
+
+    Raises :class:`StartupError` with the tail of ``log_path`` if the process exits first
+    ("``name`` (pid N) exited during startup with exit code C") or ``timeout`` seconds pass
+    ("``name`` (pid N) ``not_ready`` within T s"). Stops nothing itself.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if not is_alive(handle):
+            code = exit_status(handle.pid)
+            status = "" if code is None else f" with exit code {code}"
+            raise StartupError(f"{name} (pid {handle.pid}) exited during startup{status}",
+                               log_path=log_path, log_tail=log_tail(log_path))
+        if ready():
+            return
+        if time.monotonic() >= deadline:
+            raise StartupError(f"{name} (pid {handle.pid}) {not_ready} within {timeout:g}s",
+                               log_path=log_path, log_tail=log_tail(log_path))
+        time.sleep(interval)
 
 
 def log_tail(path: Path, *, lines: int = 30, max_bytes: int = 65536) -> str:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -320,25 +319,10 @@ class ZooKeeperServer:
         Raises :class:`StartupError` with the log tail if the JVM exits first or ``timeout``
         seconds pass. Does not stop the JVM on failure.
         """
-        handle = self._require_handle()
-        deadline = time.monotonic() + timeout
-        while True:
-            if not process.is_alive(handle):
-                code = process.exit_status(handle.pid)
-                status = "" if code is None else f" with exit code {code}"
-                raise StartupError(
-                    f"ZooKeeper {self.server_id} (pid {handle.pid}) exited during startup{status}",
-                    log_path=self.log_path, log_tail=process.log_tail(self.log_path),
-                )
-            if net.zookeeper_is_serving(self.client_port):
-                return
-            if time.monotonic() >= deadline:
-                raise StartupError(
-                    f"ZooKeeper {self.server_id} (pid {handle.pid}) did not serve on port "
-                    f"{self.client_port} within {timeout:g}s",
-                    log_path=self.log_path, log_tail=process.log_tail(self.log_path),
-                )
-            time.sleep(0.1)
+        process.wait_ready(
+            self._require_handle(), lambda: net.zookeeper_is_serving(self.client_port),
+            name=f"ZooKeeper {self.server_id}", log_path=self.log_path, timeout=timeout,
+            not_ready=f"did not serve on port {self.client_port}")
 
     def is_running(self) -> bool:
         """True while the JVM this object started is alive (it may not serve yet)."""
