@@ -11,8 +11,6 @@ survives restarts. :meth:`ConnectWorker.put_connector` / :meth:`connector_status
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,6 +20,7 @@ from loglake import jvm
 from loglake.dev.harness import wait_until
 from loglake.dev.net import LOOPBACK, free_port_block
 from loglake.dev.zookeeper import find_java
+from tests.child_process import LoggedChild
 
 MAIN_CLASS = "org.apache.kafka.connect.cli.ConnectDistributed"
 HEAP = "-Xmx512m"
@@ -37,7 +36,7 @@ log4j.logger.org.reflections=ERROR
 """
 
 
-class ConnectWorker:
+class ConnectWorker(LoggedChild):
     """One distributed Connect worker with exactly-once source support enabled.
 
     ``topics_prefix`` names its config/offset/status topics (``<prefix>-configs`` etc.), which
@@ -47,9 +46,9 @@ class ConnectWorker:
 
     def __init__(self, work: Path, *, bootstrap: str, group: str, topics_prefix: str,
                  replication_factor: int = 3) -> None:
+        super().__init__(work / "worker.log")
         self.work = work
         self.port = free_port_block(1)
-        self.log_path = work / "worker.log"
         self.settings = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
@@ -71,7 +70,6 @@ class ConnectWorker:
             "rest.advertised.port": str(self.port),
             "plugin.discovery": "only_scan",
         }
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -86,9 +84,7 @@ class ConnectWorker:
         classpath = f"{jvm.set_dir('kafka')}/*"
         command = [str(find_java()), HEAP, f"-Dlog4j.configuration=file:{log4j}", "-cp",
                    classpath, MAIN_CLASS, str(properties)]
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(command, stdout=log, stderr=log,
-                                             stdin=subprocess.DEVNULL)
+        self._spawn(command)
 
     def wait_ready(self, *, timeout: float) -> None:
         """Wait (bounded) until the REST API answers ``GET /connectors``."""
@@ -103,24 +99,6 @@ class ConnectWorker:
 
         wait_until(ready, timeout, lambda: f"Connect REST API at {self.url}; log tail:\n"
                    f"{self.log_tail()}", interval=0.5)
-
-    def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def stop(self, *, timeout: float = 60.0) -> None:
-        """SIGTERM (graceful: tasks stop and commit); SIGKILL after ``timeout`` seconds."""
-        if self._process is None or self._process.poll() is not None:
-            return
-        self._process.send_signal(signal.SIGTERM)
-        try:
-            self._process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGKILL)
-            self._process.wait(timeout=30)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -168,8 +146,3 @@ class ConnectWorker:
 
         wait_until(running, timeout, lambda: f"connector {name} RUNNING; log tail:\n"
                    f"{self.log_tail()}", interval=0.5, ignore=(urllib.error.HTTPError,))
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import pytest
 from loglake import jvm
 from loglake.dev.harness import wait_until
 from loglake.dev.zookeeper import find_java
+from tests.child_process import LoggedChild
 from tests.jvm_build import build_jar
 
 PROJECT = Path(__file__).resolve().parent.parent / "jvm" / "streams"
@@ -69,29 +69,29 @@ def run_command(jar: Path, command: str, *, timeout: float, **options: Any) -> d
     return result
 
 
-class StreamsInstance:
+class StreamsInstance(LoggedChild):
     """One Kafka Streams process of the word-count-with-join topology (``Main run``).
 
     Its state dir (``<work>/state``) survives kills and restarts, as a real deployment's disk
-    does. Not thread-safe: drive it from the test's thread.
+    does. :meth:`stop` lets Streams close cleanly; :meth:`kill` leaves its open transaction
+    open, as a crash does. Not thread-safe: drive it from the test's thread.
     """
+
+    stop_timeout_s = 40.0
 
     def __init__(self, jar: Path, work: Path, *, bootstrap: str, prefix: str,
                  application_id: str, standby: int, replication_factor: int = 3) -> None:
+        super().__init__(work / "streams.log")
         self.work = work
-        self.log_path = work / "streams.log"
         self._command = java_command(
             jar, "run", bootstrap=bootstrap, prefix=prefix, application_id=application_id,
             state_dir=work / "state", standby=standby, replication_factor=replication_factor)
-        self._process: subprocess.Popen[bytes] | None = None
         self._log_start = 0
 
     def start(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with open(self.log_path, "ab") as log:
-            self._process = subprocess.Popen(self._command, stdout=log, stderr=log,
-                                             stdin=subprocess.DEVNULL)
+        self._spawn(self._command)
 
     def events(self) -> list[dict[str, Any]]:
         """The JSON events printed since the last start."""
@@ -116,27 +116,3 @@ class StreamsInstance:
 
         wait_until(running, timeout, lambda: f"Streams instance RUNNING (state "
                    f"{self.state()}); log tail:\n{self.log_tail()}", interval=0.2)
-
-    def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL (no shutdown hook runs: open transactions stay open, as in a crash)."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGKILL)
-            self._process.wait(timeout=30)
-
-    def stop(self, *, timeout: float = 40.0) -> None:
-        """SIGTERM (Streams closes cleanly); SIGKILL after ``timeout`` seconds."""
-        if self._process is None or self._process.poll() is not None:
-            return
-        self._process.send_signal(signal.SIGTERM)
-        try:
-            self._process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
