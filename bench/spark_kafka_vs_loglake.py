@@ -33,80 +33,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-from measure import MB, BenchmarkError, Progress, cpu_seconds, log, run_main, write_results
+from measure import MB, BenchmarkError, cpu_seconds, log, run_main, write_results
 from produce_consume import machine_info
+from tiered_topic import VALUE_BYTES, create_topic, produce, wait_tiered
 
-from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.dev.harness import DevCluster
 from loglake.streaming import register
 from loglake.streaming.sql_cli import quiet_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TOPIC = "kafka-vs-loglake"
-SEGMENT_BYTES = 16 * 1024 * 1024
-SEGMENT_MS = 10_000  # the marker record after this long rolls the last full segment
-VALUE_BYTES = 100
 QUERY = "SELECT count(*) AS n, sum(length(value)) AS b, sum(offset) AS o FROM {view}"
-
-
-def create_topic(bootstrap: str, partitions: int, local_retention_ms: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(TOPIC, num_partitions=partitions, replication_factor=1,
-                   config={"segment.bytes": str(SEGMENT_BYTES), "segment.ms": str(SEGMENT_MS),
-                           "local.retention.ms": str(local_retention_ms)})
-    admin.create_topics([new], operation_timeout=15)[TOPIC].result(timeout=30)
-
-
-def produce(bootstrap: str, records: int, partitions: int, timeout: float) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "1",
-                         "batch.size": 1_000_000, "compression.type": "none",
-                         "queue.buffering.max.messages": 500_000})
-    pool = [os.urandom(VALUE_BYTES - 12) for _ in range(4096)]
-    progress = Progress("produce", records)
-    deadline = time.monotonic() + timeout
-    for i in range(records):
-        value = b"%012d" % i + pool[i & 4095]
-        while True:
-            try:
-                producer.produce(TOPIC, value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.01)
-                if time.monotonic() > deadline:
-                    raise BenchmarkError("produce did not finish in time") from None
-        if i % 100_000 == 0:
-            producer.poll(0)
-            progress.update(i)
-    if producer.flush(max(1.0, deadline - time.monotonic())):
-        raise BenchmarkError("produce did not finish in time")
-    progress.update(records, force=True)
-    time.sleep(SEGMENT_MS / 1000 + 1)
-    for partition in range(partitions):
-        producer.produce(TOPIC, b"marker", partition=partition)
-    if producer.flush(30):
-        raise BenchmarkError("the marker records were not delivered")
-
-
-def wait_tiered(zookeeper: str, partitions: int, timeout: float) -> int:
-    """Wait until every record but the markers is tiered; return the tiered record count."""
-    catalog = ClusterCatalog(zookeeper)
-    catalog.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = catalog.tiering_status(TOPIC)
-            tiered = sum(int(s.get("tiered_end") or 0) for s in status.values())
-            if len(status) == partitions and all(
-                    int(s.get("tiered_end") or 0) >= int(s.get("high_watermark") or 0) - 1 > 0
-                    for s in status.values()):
-                return tiered
-            log(f"  tiering: {tiered:,} records in the Delta table")
-            time.sleep(2)
-        raise BenchmarkError(f"tiering did not catch up within {timeout:.0f} s")
-    finally:
-        catalog.stop()
 
 
 def broker_cpu_seconds(pid: int) -> float:
@@ -142,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     broker_cpu: list[float] = []
     with tempfile.TemporaryDirectory(prefix="loglake-spark-kafka-") as work, \
             DevCluster(Path(work) / "cluster", brokers=1) as dev:
-        create_topic(dev.bootstrap_servers, args.partitions, args.local_retention_ms)
+        create_topic(dev.bootstrap_servers, TOPIC, args.partitions,
+                     config={"local.retention.ms": str(args.local_retention_ms)})
         log(f"producing {args.records:,} records of {VALUE_BYTES} B "
             f"into {args.partitions} partitions")
-        produce(dev.bootstrap_servers, args.records, args.partitions, args.timeout)
-        tiered = wait_tiered(dev.zookeeper_connect, args.partitions, args.timeout)
+        produce(dev.bootstrap_servers, TOPIC, args.records, args.partitions, args.timeout)
+        status = wait_tiered(dev.zookeeper_connect, TOPIC, args.partitions, args.timeout)
+        tiered = sum(int(s.get("tiered_end") or 0) for s in status.values())
         log(f"tiered {tiered:,} records; local.retention.ms={args.local_retention_ms}")
         broker_pid = next(s.pid for s in dev.status() if s.role == "broker")
         spark = quiet_session("local[2]")

@@ -27,14 +27,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
-from measure import Progress, log, write_results
+from measure import log, write_results
 from produce_consume import machine_info
+from tiered_topic import VALUE_BYTES, create_topic, produce, wait_tiered
 
-from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.dev.harness import DevCluster
 from loglake.segments.storage import Storage
 from loglake.segments.tiered_table import TieredTable
@@ -43,67 +40,6 @@ from loglake.streaming.sql_views import register_topics
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TOPIC = "scan"
-SEGMENT_BYTES = 16 * 1024 * 1024
-SEGMENT_MS = 10_000  # the marker record after this long rolls the last full segment
-VALUE_BYTES = 100
-
-
-def create_topic(bootstrap: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(TOPIC, num_partitions=partitions, replication_factor=1,
-                   config={"segment.bytes": str(SEGMENT_BYTES),
-                           "segment.ms": str(SEGMENT_MS)})
-    admin.create_topics([new], operation_timeout=15)[TOPIC].result(timeout=30)
-
-
-def produce(bootstrap: str, records: int, partitions: int, timeout: float) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "1",
-                         "batch.size": 1_000_000, "compression.type": "none",
-                         "queue.buffering.max.messages": 500_000})
-    pool = [os.urandom(VALUE_BYTES - 12) for _ in range(4096)]
-    progress = Progress("produce", records)
-    deadline = time.monotonic() + timeout
-    for i in range(records):
-        value = b"%012d" % i + pool[i & 4095]
-        while True:
-            try:
-                producer.produce(TOPIC, value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.01)
-                if time.monotonic() > deadline:
-                    raise RuntimeError("produce did not finish in time") from None
-        if i % 100_000 == 0:
-            producer.poll(0)
-            progress.update(i)
-    if producer.flush(max(1.0, deadline - time.monotonic())):
-        raise RuntimeError("produce did not finish in time")
-    progress.update(records, force=True)
-    # one marker record per partition once segment.ms passed: it rolls the active segments,
-    # so every benchmark record is tiered and the hot tail is just the markers
-    time.sleep(SEGMENT_MS / 1000 + 1)
-    for partition in range(partitions):
-        producer.produce(TOPIC, b"marker", partition=partition)
-    producer.flush(30)
-
-
-def wait_tiered(zookeeper: str, partitions: int, timeout: float) -> dict[int, dict[str, Any]]:
-    catalog = ClusterCatalog(zookeeper)
-    catalog.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = catalog.tiering_status(TOPIC)
-            if len(status) == partitions and all(  # all but the marker (the active segment)
-                    int(s.get("tiered_end") or 0) >= int(s.get("high_watermark") or 0) - 1 > 0
-                    for s in status.values()):
-                return status
-            tiered = sum(int(s.get("tiered_end") or 0) for s in status.values())
-            log(f"  tiering: {tiered:,} records in the Delta table")
-            time.sleep(2)
-        raise RuntimeError(f"tiering did not catch up within {timeout:.0f} s")
-    finally:
-        catalog.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     with tempfile.TemporaryDirectory(prefix="loglake-spark-scan-") as work, \
             DevCluster(Path(work) / "cluster", brokers=1) as dev:
-        create_topic(dev.bootstrap_servers, args.partitions)
+        create_topic(dev.bootstrap_servers, TOPIC, args.partitions)
         log(f"producing {args.records:,} records of {VALUE_BYTES} B")
-        produce(dev.bootstrap_servers, args.records, args.partitions, args.timeout)
-        status = wait_tiered(dev.zookeeper_connect, args.partitions, args.timeout)
+        produce(dev.bootstrap_servers, TOPIC, args.records, args.partitions, args.timeout)
+        status = wait_tiered(dev.zookeeper_connect, TOPIC, args.partitions, args.timeout)
         tiered = sum(int(s["tiered_end"]) for s in status.values())
         log(f"tiered {tiered:,} of {args.records:,} records; hot tail "
             f"{args.records - tiered:,}")
