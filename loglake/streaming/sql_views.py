@@ -193,17 +193,9 @@ def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeepe
     native = storage is not None and tier_read != "python" and (
         use_storage(spark, storage) or tier_read == "spark")
     snapshot = view.tier_snapshot(topic, partitions) if native else None
-    source = (spark.read.format("loglake").option("zookeeper", zookeeper)
-              .option("includeHeaders", str(include_headers).lower())
-              .option("assign", json.dumps({topic: partitions}))
-              .option("endingOffsets", "latest")
-              .option(ISOLATION_OPTION, isolation_level))
-    if bootstrap_servers:
-        source = source.option("kafka.bootstrap.servers", bootstrap_servers)
-    for key, value in kafka_options.items():
-        source = source.option(key, value)
-    for key, value in view.options.storage_options.items():
-        source = source.option(f"tier.{key}", value)
+    source = _hot_source(spark, view, topic, partitions, zookeeper=zookeeper,
+                         bootstrap_servers=bootstrap_servers, include_headers=include_headers,
+                         isolation_level=isolation_level, kafka_options=kafka_options)
     if snapshot is None or not any(snapshot.files.get(p) for p in snapshot.ends):
         return source.option("startingOffsets", "earliest").load()
     assert storage is not None
@@ -227,6 +219,8 @@ def _hot_source(spark: SparkSession, view: ClusterView, topic: str, partitions: 
                 zookeeper: str, bootstrap_servers: str | None, include_headers: bool,
                 isolation_level: IsolationLevel,
                 kafka_options: Mapping[str, str]) -> DataFrameReader:
+    """A ``format("loglake")`` reader of ``partitions`` of ``topic`` up to the latest offsets,
+    with the view's client and tier options; the caller sets ``startingOffsets``."""
     source = (spark.read.format("loglake").option("zookeeper", zookeeper)
               .option("includeHeaders", str(include_headers).lower())
               .option("assign", json.dumps({topic: partitions}))
