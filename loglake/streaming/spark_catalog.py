@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from loglake.errors import LoglakeError, UnknownTopicError
+from loglake.errors import LoglakeError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -101,6 +101,7 @@ def register_tables(
     left out). Raises :class:`UnknownTopicError` for a named topic that does not exist,
     :class:`DeltaSparkMissingError` without delta-spark."""
     from loglake.streaming.offsets import ClusterView
+    from loglake.streaming.sql_views import select_topics
 
     require_delta(spark, "registering topics in Spark's catalog")
     if not _VALID.fullmatch(database):
@@ -115,11 +116,7 @@ def register_tables(
     finally:
         view.close()
     names = table_names(existing)
-    wanted = list(existing if topics is None else dict.fromkeys(topics))
-    missing = [t for t in wanted if t not in existing]
-    if missing:
-        raise UnknownTopicError(f"no such topic: {', '.join(missing)}",
-                                hint="list topics with 'loglake topics list'")
+    wanted = select_topics(existing, topics)
     if storage is None:
         raise LoglakeError(f"no broker in ZooKeeper at {zookeeper!r} published a tier storage",
                            hint="start the brokers with a tier storage (tier.storage.url)")

@@ -117,12 +117,7 @@ def register_topics(
     try:
         catalog = view.catalog()
         assert catalog is not None
-        existing = catalog.topic_names()
-        names = list(existing if topics is None else dict.fromkeys(topics))
-        missing = [t for t in names if t not in existing]
-        if missing:
-            raise UnknownTopicError(f"no such topic: {', '.join(missing)}",
-                                    hint="list topics with 'loglake topics list'")
+        names = select_topics(catalog.topic_names(), topics)
         for name in names:
             frame = _topic_frame(spark, view, name, zookeeper=zookeeper,
                                  bootstrap_servers=bootstrap_servers,
@@ -160,6 +155,17 @@ def topic_frame(
                             isolation_level=isolation_level, kafka_options=kafka)
     finally:
         view.close()
+
+
+def select_topics(existing: Sequence[str], topics: Sequence[str] | None) -> list[str]:
+    """``topics`` without repeats, or every ``existing`` topic when None; UnknownTopicError
+    naming those that do not exist."""
+    names = list(existing if topics is None else dict.fromkeys(topics))
+    missing = [t for t in names if t not in existing]
+    if missing:
+        raise UnknownTopicError(f"no such topic: {', '.join(missing)}",
+                                hint="list topics with 'loglake topics list'")
+    return names
 
 
 def _kafka_options(options: Mapping[str, str] | None) -> dict[str, str]:
