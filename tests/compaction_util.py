@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,27 @@ class Spec:
     key: bytes | None
     value: bytes | None
     timestamp: int | None = None
+
+
+HOUR_MS = 3_600_000
+EXPIRING_CONFIG = {"segment.bytes": "40000", "local.retention.ms": "0",
+                   "retention.ms": str(2 * HOUR_MS), "file.delete.delay.ms": "0"}
+"""Topic config of the retention scenarios: small segments, none kept on the brokers once tiered,
+2 h retention (records 3 h old expire), tier files deleted at once."""
+
+
+def old_then_new(count: int = 3000, *, value: Callable[[int], bytes] | None = None
+                 ) -> list[Spec]:
+    """``count`` records timestamped 3 h ago (expired under :data:`EXPIRING_CONFIG`), then
+    ``count`` current ones, all for partition 0 with keys ``k0`` .. ``k<count-1>`` (offset
+    ``o`` holds key ``k<o % count>``). Values ``old-NNNNNN`` / ``new-NNNNNN``, or
+    ``value(o)``."""
+    now = int(time.time() * 1000)
+    old = [Spec(0, b"k%d" % i, b"old-%06d" % i if value is None else value(i),
+                now - 3 * HOUR_MS + i) for i in range(count)]
+    new = [Spec(0, b"k%d" % i, b"new-%06d" % i if value is None else value(count + i))
+           for i in range(count)]
+    return old + new
 
 
 def produce_specs(bootstrap: str, topic: str, specs: Iterable[Spec], *,

@@ -14,7 +14,6 @@ fetched (``python -m loglake.jvm fetch spark``; ``./run test`` fetches it).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,7 @@ from loglake.segments.tiered_table import TieredTable
 from loglake.streaming.session import delta_enabled, spark_uri, use_storage
 from loglake.streaming.sql_views import topic_frame
 from tests.admin_util import create_topic
-from tests.compaction_util import Spec, produce_specs, quiet
+from tests.compaction_util import EXPIRING_CONFIG, Spec, old_then_new, produce_specs, quiet
 from tests.s3_server import S3Server
 from tests.spark_session import SMALL_SEGMENTS, produce_numbered, storage_of
 from tests.tiering_util import wait_local_start, wait_tiered
@@ -48,7 +47,6 @@ pytestmark = [
                        reason="delta-spark is not fetched (python -m loglake.jvm fetch spark)"),
 ]
 
-HOUR_MS = 3_600_000
 COLUMNS = [field.name for field in TABLE_SCHEMA]
 Row = tuple[Any, ...]
 
@@ -183,13 +181,8 @@ def test_tier_appends_compaction_optimize_and_vacuum_read_the_same(
 
 def test_retention_reads_the_same(cluster: DevCluster, spark: SparkSession,
                                   topic_name: str) -> None:
-    create_topic(cluster.bootstrap_servers, topic_name, config={
-        "segment.bytes": "40000", "local.retention.ms": "0", "retention.ms": str(2 * HOUR_MS),
-        "file.delete.delay.ms": "0"})
-    now = int(time.time() * 1000)
-    old = [Spec(0, b"k%d" % i, b"old-%06d" % i, now - 3 * HOUR_MS + i) for i in range(3000)]
-    new = [Spec(0, b"k%d" % i, b"new-%06d" % i) for i in range(3000)]
-    produce_specs(cluster.bootstrap_servers, topic_name, old + new)
+    create_topic(cluster.bootstrap_servers, topic_name, config=EXPIRING_CONFIG)
+    produce_specs(cluster.bootstrap_servers, topic_name, old_then_new())
     storage = Storage.from_url(cluster.storage_url)
     wait_tiered(storage, topic_name, (0,), at_least=4000)
     before = assert_same_rows(spark, storage, topic_name)

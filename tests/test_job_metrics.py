@@ -36,10 +36,9 @@ from loglake.compaction.vacuum import VacuumResult
 from loglake.dev.harness import DevCluster, wait_until
 from loglake.segments.tiered_table import TieredTable, TierFile
 from tests.admin_util import create_topic
-from tests.compaction_util import Spec, produce_specs
+from tests.compaction_util import EXPIRING_CONFIG, old_then_new, produce_specs
 from tests.tiering_util import wait_tiered
 
-HOUR_MS = 3_600_000
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -168,13 +167,8 @@ def test_unreachable_exports_warn_and_do_not_fail(tmp_path: Path,
 
 def test_cli_runs_recorded_in_zookeeper_and_textfile(cluster: DevCluster, topic_name: str,
                                                      tmp_path: Path) -> None:
-    create_topic(cluster.bootstrap_servers, topic_name, config={
-        "segment.bytes": "40000", "local.retention.ms": "0", "retention.ms": str(2 * HOUR_MS),
-        "file.delete.delay.ms": "0"})
-    now = int(time.time() * 1000)
-    old = [Spec(0, b"k%d" % i, b"old-%06d" % i, now - 3 * HOUR_MS + i) for i in range(3000)]
-    new = [Spec(0, b"k%d" % i, b"new-%06d" % i) for i in range(3000)]
-    produce_specs(cluster.bootstrap_servers, topic_name, old + new)
+    create_topic(cluster.bootstrap_servers, topic_name, config=EXPIRING_CONFIG)
+    produce_specs(cluster.bootstrap_servers, topic_name, old_then_new())
     wait_tiered(cluster.storage_url, topic_name, (0,), at_least=4000)
     textfile = tmp_path / "retention.prom"
     with Cluster(cluster.zookeeper_connect) as jobs:

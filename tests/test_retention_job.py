@@ -5,7 +5,6 @@ vacuum deletes removed files only."""
 from __future__ import annotations
 
 import io
-import time
 
 from loglake.compaction.cli import main as jobs_main
 from loglake.compaction.common import Cluster, Progress
@@ -15,9 +14,11 @@ from loglake.config import TopicConfig
 from loglake.segments.tiered_table import TieredTable, TierFile
 from tests.admin_util import create_topic
 from tests.compaction_util import (
+    EXPIRING_CONFIG,
     Spec,
     consume_all,
     job_commits,
+    old_then_new,
     produce_specs,
     quiet,
     spark_records,
@@ -25,8 +26,6 @@ from tests.compaction_util import (
     wait_earliest,
 )
 from tests.tiering_util import wait_local_start, wait_tiered
-
-HOUR_MS = 3_600_000
 
 
 def _file(first: int, last: int, max_ts: int, size: int = 100) -> TierFile:
@@ -45,13 +44,8 @@ def test_expired_prefix_follows_kafka_rules():
 
 
 def test_retention_moves_earliest_offset_and_consumers_reset(cluster, topic_name, spark):
-    create_topic(cluster.bootstrap_servers, topic_name, config={
-        "segment.bytes": "40000", "local.retention.ms": "0", "retention.ms": str(2 * HOUR_MS),
-        "file.delete.delay.ms": "0"})
-    now = int(time.time() * 1000)
-    old = [Spec(0, b"k%d" % i, b"old-%06d" % i, now - 3 * HOUR_MS + i) for i in range(3000)]
-    new = [Spec(0, b"k%d" % i, b"new-%06d" % i) for i in range(3000)]
-    acked = produce_specs(cluster.bootstrap_servers, topic_name, old + new)
+    create_topic(cluster.bootstrap_servers, topic_name, config=EXPIRING_CONFIG)
+    acked = produce_specs(cluster.bootstrap_servers, topic_name, old_then_new())
     wait_tiered(cluster.storage_url, topic_name, (0,), at_least=4000)
     wait_local_start(cluster.zookeeper_connect, topic_name, (0,), above=3500)
 

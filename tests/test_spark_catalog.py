@@ -8,7 +8,6 @@ Skipped only when the ``spark`` jar set (delta-spark) was not fetched: ``./run t
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any
 
@@ -30,14 +29,21 @@ from loglake.streaming.spark_catalog import (
 )
 from loglake.streaming.sql_views import quote_identifier, register_topics
 from tests.admin_util import create_topic
-from tests.compaction_util import Record, Spec, compacted_model, produce_specs, quiet
+from tests.compaction_util import (
+    EXPIRING_CONFIG,
+    Record,
+    Spec,
+    compacted_model,
+    old_then_new,
+    produce_specs,
+    quiet,
+)
 from tests.spark_session import storage_of
 from tests.tiering_util import wait_local_start, wait_tiered
 
 needs_delta = pytest.mark.skipif(
     not jvm.available("spark"),
     reason="delta-spark jars not fetched (python -m loglake.jvm fetch spark; ./run test does)")
-HOUR_MS = 3_600_000
 
 
 def test_table_names_fit_sparks_catalog() -> None:
@@ -135,13 +141,8 @@ def test_union_view_follows_retention_without_reregistration(
         spark: SparkSession, cluster: DevCluster, topic_name: str) -> None:
     bootstrap, zookeeper = cluster.bootstrap_servers, cluster.zookeeper_connect
     topic = f"ret.{topic_name}"
-    create_topic(bootstrap, topic, 1, {
-        "segment.bytes": "40000", "local.retention.ms": "0", "retention.ms": str(2 * HOUR_MS),
-        "file.delete.delay.ms": "0"})
-    now = int(time.time() * 1000)
-    old = [Spec(0, b"k%d" % i, b"old-%06d" % i, now - 3 * HOUR_MS + i) for i in range(3000)]
-    new = [Spec(0, b"k%d" % i, b"new-%06d" % i) for i in range(3000)]
-    acked = produce_specs(bootstrap, topic, old + new)
+    create_topic(bootstrap, topic, 1, EXPIRING_CONFIG)
+    acked = produce_specs(bootstrap, topic, old_then_new())
     wait_tiered(cluster.storage_url, topic, (0,), at_least=4000, timeout=180)
     wait_local_start(zookeeper, topic, (0,), above=3500)
     register_topics(spark, zookeeper=zookeeper, topics=[topic])

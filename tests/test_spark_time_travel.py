@@ -9,7 +9,6 @@ files), the real retention job. Value ``i`` sits at partition ``i % 2``, offset 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from pyspark.sql import SparkSession
@@ -28,12 +27,10 @@ from loglake.streaming.offset_versions import (
 )
 from loglake.streaming.options import Subscription, parse_options
 from tests.admin_util import create_topic
-from tests.compaction_util import Spec, produce_specs, quiet
+from tests.compaction_util import EXPIRING_CONFIG, old_then_new, produce_specs, quiet
 from tests.spark_session import SMALL_SEGMENTS, produce_numbered, storage_of, wait_tiered
 from tests.tiering_util import wait_local_start
 from tests.tiering_util import wait_tiered as wait_tiered_at_least
-
-HOUR_MS = 3_600_000
 
 
 def test_as_of_option_forms_and_errors() -> None:
@@ -96,13 +93,8 @@ def test_read_as_of_offsets_travels_back_past_retention(
     while a read of the current table no longer has them."""
     bootstrap, zookeeper = cluster.bootstrap_servers, cluster.zookeeper_connect
     topic = f"asof-ret.{topic_name}"
-    create_topic(bootstrap, topic, 1, {
-        "segment.bytes": "40000", "local.retention.ms": "0", "retention.ms": str(2 * HOUR_MS),
-        "file.delete.delay.ms": "0"})
-    now = int(time.time() * 1000)
-    old = [Spec(0, b"k%d" % i, b"%010d" % i, now - 3 * HOUR_MS + i) for i in range(3000)]
-    new = [Spec(0, b"k%d" % i, b"%010d" % (3000 + i)) for i in range(3000)]
-    produce_specs(bootstrap, topic, old + new)
+    create_topic(bootstrap, topic, 1, EXPIRING_CONFIG)
+    produce_specs(bootstrap, topic, old_then_new(value=lambda o: b"%010d" % o))
     wait_tiered_at_least(cluster.storage_url, topic, (0,), at_least=4000, timeout=180)
     wait_local_start(zookeeper, topic, (0,), above=3500)
     with Cluster(zookeeper) as jobs:
