@@ -16,7 +16,9 @@ the work behind ``<point>`` while ``<file>`` exists (checked each time the point
 ``stat``), so a test can hold a step back and release it by deleting the file, without
 restarting the process. Without the variable every check is False. Points in use:
 ``tier-before-write`` (broker: the tierer leaves led partitions untiered this turn, before
-reading a segment; tier lag then grows until the file is gone).
+reading a segment; tier lag then grows until the file is gone); ``topic-drop`` (broker:
+TopicSync keeps a deleted topic's replicas hosted, retrying every second, until the file is
+gone: the window in which a slow ZooKeeper watch leaves them on a loaded box).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
 from loglake.client.admin import Admin
@@ -177,6 +178,37 @@ def test_deleting_a_topic_deletes_its_table(cluster, topic_name):
         admin.delete_topic(topic_name)
     table_dir = Path(Storage.from_url(cluster.storage_url).table_uri(topic_name))
     wait_until(lambda: not table_dir.exists(), 15, f"{table_dir} deleted", interval=0.2)
+
+
+def test_deleted_topic_table_stays_deleted_while_tiering_catches_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zookeeper_hosts: str) -> None:
+    """DeleteTopics while the leader still has sealed segments to tier: the table is removed
+    and the tierer does not create it again before the broker drops the deleted partitions
+    (they are retired at once; a tier turn in flight ends before the removal)."""
+    hold, keep = tmp_path / "hold", tmp_path / "keep"
+    hold.touch()
+    keep.touch()  # the broker keeps the deleted replicas (as a slow watch would) until removed
+    monkeypatch.setenv("LOGLAKE_HOLD_AT", f"tier-before-write={hold},topic-drop={keep}")
+    topic = "deleted-while-tiering"
+    with DevCluster(tmp_path / "c", zookeeper=zookeeper_hosts, brokers=1) as dev:
+        create_topic(dev.bootstrap_servers, topic, partitions=1, config=SMALL_SEGMENTS)
+        produce(dev.bootstrap_servers, topic, 6000)  # ~30 sealed segments held back
+        hold.unlink()
+        wait_tiered(dev.storage_url, topic, (0,), at_least=1)
+        # the DeleteTopics answer only (the SDK's Admin would also wait for metadata to drop
+        # the topic, which the hold postpones)
+        admin = AdminClient({"bootstrap.servers": dev.bootstrap_servers})
+        deleted = admin.delete_topics([topic], operation_timeout=30, request_timeout=40)
+        deleted[topic].result(timeout=45)
+        table_dir = Path(Storage.from_url(dev.storage_url).table_uri(topic))
+        wait_until(lambda: not table_dir.exists(), 30, f"{table_dir} deleted", interval=0.1)
+        for _ in range(40):  # 4 s: pending segments would have been tiered by now
+            assert not table_dir.exists(), "a tier commit re-created the deleted topic's table"
+            time.sleep(0.1)
+        keep.unlink()  # the broker drops the replicas now; the table stays gone
+        wait_until(lambda: not any(dev.data_dir.glob(f"**/{topic}-0")), 30,
+                   "the deleted partition's directory removed")
+        assert not table_dir.exists()
 
 
 @pytest.mark.parametrize("point", ["tier-after-write", "tier-after-commit"])

@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Callable, Mapping
 
 from loglake.broker.failure_log import FailureLog
@@ -82,7 +83,11 @@ class Tierer:
         self._failures = FailureLog(log)
         self._state = TierState(self.storage)
         self._wake: asyncio.Event | None = None
+        self._retired: weakref.WeakSet[Partition] = weakref.WeakSet()
+        self._in_flight: Partition | None = None
+        self._turn_done = asyncio.Event()
         tasks = BackgroundTasks()
+        self._tasks = tasks
         self._watcher = TableChangeWatcher(
             self._state, zookeeper=zookeeper, on_change=self._announced,
             failures=self._failures, tasks=tasks)
@@ -122,16 +127,70 @@ class Tierer:
         self.poke()
 
     # ------------------------------------------------------------------ topics
+    # A deleted topic's partitions stay hosted until this broker's TopicSync drops them; the
+    # tierer must not tier them meanwhile (a tier commit after the table was removed would
+    # create it again). Its hosted Partition objects are "retired" (a weak set: a topic
+    # created again under the same name gets new objects) and the loop skips them; removal
+    # waits for an in-flight tier turn of the topic to end first.
+
     def forget_topic(self, topic: str) -> None:
-        """Drop everything known of ``topic`` (deleted): caches, progress, its watch."""
-        self._state.forget_topic(topic)
-        self._counters.forget_topic(topic)
-        self._failures.forget(lambda key: _about_topic(key, topic))
+        """``topic`` was deleted and this broker drops its replicas (TopicSync): stop tiering
+        them, forget caches, progress and the watch; the broker that led a partition of it
+        also removes the table once the turn in flight ended, unless the name exists again
+        (the broker that answered DeleteTopics removed it already, :meth:`delete_table`; this
+        catches a tier commit of the leader that landed after that)."""
+        led = self._retire(topic)
+        self._forget(topic)
+        if led and self.storage is not None:
+            self._tasks.spawn(self._remove_if_gone(topic))
 
     async def delete_table(self, topic: str) -> None:
         """Remove a deleted topic's Delta table (Kafka deletes remote data with the topic), so
         a topic created later under the same name starts empty."""
-        self.forget_topic(topic)
+        self._retire(topic)
+        await self._quiesce(topic)
+        self._forget(topic)
+        await self._remove_table(topic)
+
+    def _forget(self, topic: str) -> None:
+        self._state.forget_topic(topic)
+        self._counters.forget_topic(topic)
+        self._failures.forget(lambda key: _about_topic(key, topic))
+
+    def _retire(self, topic: str) -> bool:
+        """Retire the hosted partitions of ``topic``; whether this broker led one."""
+        led = False
+        for partition in list(self._hosted().values()):
+            if partition.topic == topic:
+                self._retired.add(partition)
+                led = led or partition.role is Role.LEADER
+        return led
+
+    async def _quiesce(self, topic: str, timeout_s: float = 60.0) -> None:
+        """Wait (bounded) until no tier turn of ``topic`` is in flight."""
+        deadline = time.monotonic() + timeout_s
+        while self._in_flight is not None and self._in_flight.topic == topic:
+            self._turn_done.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._turn_done.wait(),
+                                       max(0.0, deadline - time.monotonic()))
+            if time.monotonic() >= deadline:
+                log.warning("a tier turn of deleted topic %s still runs after %.0f s",
+                            topic, timeout_s)
+                return
+
+    async def _remove_if_gone(self, topic: str) -> None:
+        await self._quiesce(topic)
+        try:
+            names = await self._zookeeper.call(self._zookeeper.catalog.topic_names)
+        except Exception:
+            log.warning("could not check whether deleted topic %s exists again; its table "
+                        "is left for DeleteTopics' own removal", topic)
+            return
+        if topic not in names:
+            await self._remove_table(topic)
+
+    async def _remove_table(self, topic: str) -> None:
         if self.storage is None:
             return
         storage = self.storage
@@ -195,8 +254,14 @@ class Tierer:
                     if self.tiered(partition.topic):  # every replica, read or not
                         self._watcher.watch(partition.topic)
                 for partition in list(self._hosted().values()):
-                    if partition.role is Role.LEADER and self.tiered(partition.topic):
-                        await self.writer.tier_guarded(partition, self._interval_s)
+                    if (partition.role is Role.LEADER and self.tiered(partition.topic)
+                            and partition not in self._retired):
+                        self._in_flight = partition
+                        try:
+                            await self.writer.tier_guarded(partition, self._interval_s)
+                        finally:
+                            self._in_flight = None
+                            self._turn_done.set()
             now = time.monotonic()
             await self.retention.turn(now)
             self.reads.expire(now)
