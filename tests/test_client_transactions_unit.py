@@ -117,3 +117,21 @@ def test_transform_outputs_and_next_offsets() -> None:
         _outputs([1], record)  # type: ignore[list-item]
     assert _next_offsets([_record(0, 5), _record(1, 2), _record(0, 7)]) == {
         ("in", 0): 8, ("in", 1): 3}
+
+
+def test_flush_failure_without_a_cause_is_the_fatal_error_reported_before() -> None:
+    """confluent-kafka sometimes fails poll/flush with a bare SystemError ("returned NULL
+    without setting an exception") after a fatal error: the fatal error error_cb reported
+    (the tracker's) is what the caller gets; without one the SystemError stays as it is."""
+    from loglake.client._common import ErrorTracker
+    from loglake.client.errors import FatalTransactionError
+    from loglake.client.producer import _typed
+
+    bare = SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL")
+    tracker = ErrorTracker()
+    assert _typed(bare, "flush", tracker) is bare
+    tracker(KafkaError(KafkaError._TRANSPORT, "broker down"))
+    assert tracker.fatal is None and _typed(bare, "flush", tracker) is bare
+    tracker(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, "fenced", fatal=True))
+    typed = _typed(bare, "flush", tracker)
+    assert isinstance(typed, FatalTransactionError) and "fenced" in str(typed)

@@ -40,13 +40,17 @@ def bootstrap_string(bootstrap_servers: str | Sequence[str]) -> str:
 
 
 class ErrorTracker:
-    """Remembers the last global error librdkafka reported through ``error_cb``."""
+    """Remembers the last global error librdkafka reported through ``error_cb``, and the
+    first fatal one (a fenced transactional producer: nothing works after it)."""
 
     def __init__(self) -> None:
         self.last: KafkaError | None = None
+        self.fatal: KafkaError | None = None
 
     def __call__(self, error: KafkaError) -> None:
         self.last = error
+        if self.fatal is None and error.fatal():
+            self.fatal = error
 
     def describe(self) -> str:
         """``"; last error: ..."`` or an empty string if nothing was reported."""

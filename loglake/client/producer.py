@@ -51,6 +51,7 @@ from loglake.client.errors import (
     FatalTransactionError,
     from_exception,
     from_kafka_error,
+    transaction_error,
     transaction_exception,
 )
 from loglake.client.model import (
@@ -469,7 +470,7 @@ class Producer:
         try:
             return self._producer.poll(timeout)
         except (KafkaException, SystemError) as exc:
-            raise _typed(exc, operation) from exc
+            raise _typed(exc, operation, self._tracker) from exc
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every queued record is reported; returns how many are still pending.
@@ -482,7 +483,7 @@ class Producer:
         try:
             return self._producer.flush(-1 if timeout is None else timeout)
         except (KafkaException, SystemError) as exc:
-            raise _typed(exc, f"flush of producer to {self._bootstrap}") from exc
+            raise _typed(exc, f"flush of producer to {self._bootstrap}", self._tracker) from exc
 
     def __len__(self) -> int:
         """Records sent but not yet reported."""
@@ -503,14 +504,19 @@ class Producer:
             )
 
 
-def _typed(exc: KafkaException | SystemError, operation: str) -> Exception:
+def _typed(exc: KafkaException | SystemError, operation: str,
+           tracker: ErrorTracker) -> Exception:
     """The loglake error for a failure of librdkafka's ``poll``/``flush``. confluent-kafka raises
     a fatal error (a fenced transactional producer) from them while it still serves delivery
     reports: the report callback's next call into the C extension then fails with a
-    ``SystemError`` whose cause is that ``KafkaException``; the cause is what happened."""
+    ``SystemError`` whose cause is that ``KafkaException``; the cause is what happened. Some
+    interleavings lose the cause ("returned NULL without setting an exception"): then the fatal
+    error ``error_cb`` reported (the tracker's) is what happened."""
     cause = exc.__cause__ if isinstance(exc, SystemError) else exc
     if isinstance(cause, KafkaException):
         return transaction_exception(cause, operation)
+    if tracker.fatal is not None:
+        return transaction_error(tracker.fatal, operation)
     return exc
 
 
