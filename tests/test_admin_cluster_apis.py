@@ -388,6 +388,9 @@ def test_produce_v10_to_a_follower_names_the_leader(pair: DevCluster, admin: Adm
 
     state = wait_until(listed_on_broker_2, 10, "broker 2's metadata to list the new topic")
     epoch = state.partitions[0].leader_epoch
+    # the leader opens its replica when its LeaderAndIsr arrives (a loaded box: a moment later)
+    wait_until(lambda: produce(1, 12).responses[0].partition_responses[0].error_code
+               == ErrorCode.none, 20, "broker 1 to accept produce for the new partition")
     for version in (10, 11, 12):
         wrong = produce(2, version)
         answer = wrong.responses[0].partition_responses[0]
