@@ -34,7 +34,6 @@ from confluent_kafka.admin import (
 )
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic as KpNewTopic
-from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from loglake.catalog.acls import AclStore
@@ -43,6 +42,7 @@ from tests.authz_util import (
     ANONYMOUS,
     AUTHORIZER,
     Grants,
+    acl_store,
     barrier,
     eventually,
     wait_allowed,
@@ -68,13 +68,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
 
 @pytest.fixture(scope="module")
 def store(secured: DevCluster) -> Iterator[AclStore]:
-    client = KazooClient(hosts=secured.zookeeper_connect, timeout=10)
-    client.start(timeout=20)
-    try:
-        yield AclStore(client)
-    finally:
-        client.stop()
-        client.close()
+    with acl_store(secured.zookeeper_connect) as opened:
+        yield opened
 
 
 @pytest.fixture
