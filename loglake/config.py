@@ -173,6 +173,21 @@ TOPIC_CONFIG_KEYS: dict[str, ConfigKey] = {
                   "throttled on the follower side (follower.replication.throttled.rate) while "
                   "they are not in the ISR.",
                   check=_throttled_replicas_problem),
+        ConfigKey("value.schema.subject", "string", "",
+                  "Schema Registry subject whose schemas type the value columns of the topic's "
+                  "table and views (empty: '<topic>-value' when that subject exists)."),
+        ConfigKey("key.schema.subject", "string", "",
+                  "Schema Registry subject whose schemas type the key columns (empty: "
+                  "'<topic>-key' when that subject exists)."),
+        ConfigKey("schema.columns.enable", "boolean", True,
+                  "Decode keys/values framed with a Schema Registry id into typed columns of "
+                  "the topic's table and views (false: raw bytes only)."),
+        ConfigKey("confluent.value.schema.validation", "boolean", False,
+                  "Reject produce requests whose values do not carry a schema id registered "
+                  "under the topic's value subject (INVALID_RECORD)."),
+        ConfigKey("confluent.key.schema.validation", "boolean", False,
+                  "Reject produce requests whose keys do not carry a schema id registered "
+                  "under the topic's key subject (INVALID_RECORD)."),
     )
 }
 
@@ -233,6 +248,13 @@ class TopicConfig:
         TOPIC_CONFIG_KEYS["leader.replication.throttled.replicas"].default)
     follower_replication_throttled_replicas: tuple[str, ...] = (
         TOPIC_CONFIG_KEYS["follower.replication.throttled.replicas"].default)
+    value_schema_subject: str = TOPIC_CONFIG_KEYS["value.schema.subject"].default
+    key_schema_subject: str = TOPIC_CONFIG_KEYS["key.schema.subject"].default
+    schema_columns_enable: bool = TOPIC_CONFIG_KEYS["schema.columns.enable"].default
+    confluent_value_schema_validation: bool = (
+        TOPIC_CONFIG_KEYS["confluent.value.schema.validation"].default)
+    confluent_key_schema_validation: bool = (
+        TOPIC_CONFIG_KEYS["confluent.key.schema.validation"].default)
     overrides: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     @classmethod
