@@ -264,3 +264,10 @@ class SaslAuthenticationError(LoglakeError):
     not enable, or an exchange out of order)."""
 
     code = ErrorCode.sasl_authentication_failed
+
+
+class InvalidSchemaError(LoglakeError):
+    """A schema text does not parse, or names a reference it was not given (the registry
+    answers Confluent's 42201 with the one-line message)."""
+
+    code = ErrorCode.invalid_request
