@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     from loglake.broker import main as broker_main
     from loglake.catalog import tiering_cli
     from loglake.client import cli as client_cli
-    from loglake.client import users_cli
+    from loglake.client import schemas_cli, users_cli
     from loglake.compaction import cli as compaction_cli
     from loglake.console import cli as console_cli
     from loglake.dev import cli as dev_cli
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loglake", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (demo, dev_cli, client_cli, users_cli, tiering_cli, sql_cli, compaction_cli,
-                   console_cli, broker_main):
+                   console_cli, broker_main, schemas_cli):
         module.register(commands)
     return parser
 
