@@ -31,8 +31,11 @@ end) stay until a later run sees it. Optimize keeps every row (it changes no con
 
 Optimize (``plan.cleanable_end`` None): recopy every row.
 
-Offsets, timestamps, headers, ``batch_offset`` / ``batch_last_offset``, producer fields and
-``decode_error`` are kept (files written before that column existed get it as null); rows
+Offsets, timestamps, headers, ``batch_offset`` / ``batch_last_offset``, producer fields,
+``decode_error`` and the typed columns of a schema'd topic (``<side>_typed`` /
+``<side>_schema_id`` / ``<side>_error``, cast to the table's newest type: fields added by a
+later evolution are null in rows of older files) are kept (files written before a column
+existed get it as null); rows
 stay in offset order, so rows of one original batch stay contiguous and fetches re-encode each
 surviving batch with its original base and last offset (with gaps inside).
 Output files hold up to ~:data:`OUTPUT_FILE_ROWS` rows / :data:`OUTPUT_FILE_BYTES` bytes of
@@ -205,6 +208,7 @@ def rewrite_partition(storage: Storage, plan: RewritePlan) -> RewriteOutcome:
         latest_array, _rows, last = latest_offsets(storage, paths, legacy.array)
         latest = _SortedOffsets(latest_array)
     writer = TieredTable(storage, plan.topic)
+    typed = writer.typed_schema()  # the newest table schema's: wider than every input's
     written: list[PendingFile] = []
     buffered: list[pa.Table] = []
     buffered_rows = buffered_bytes = rows_in = rows_out = 0
@@ -220,7 +224,7 @@ def rewrite_partition(storage: Storage, plan: RewritePlan) -> RewriteOutcome:
         with fs.open_input_file(path) as source:
             parquet = pq.ParquetFile(source)
             for index in range(parquet.num_row_groups):
-                rows = conform_rows(parquet.read_row_group(index))
+                rows = conform_rows(parquet.read_row_group(index), typed)
                 rows_in += rows.num_rows
                 if compacting:
                     rows = rows.filter(_keep_mask(rows, plan, latest, last, legacy))

@@ -131,7 +131,8 @@ def _rewrite(table: TieredTable, partition: int, tier_file: TierFile | None,
     storage = table.storage
     rows = pq.read_table(storage.path_in_fs(tier_file.uri),
                          filesystem=storage.pyarrow_filesystem())
-    rows = conform_rows(rows.filter(pc.greater_equal(rows.column("offset"), offset)))
+    rows = conform_rows(rows.filter(pc.greater_equal(rows.column("offset"), offset)),
+                        table.typed_schema())  # typed columns kept, as the table types them
     return table.write_file(partition, rows) if rows.num_rows else None
 
 

@@ -24,6 +24,20 @@ Row schema (one row per record; DESIGN.md "Cold tier")::
                                  Added after the first release: files written before lack
                                  the column (readers take it as null; :func:`conform_rows`)
 
+Typed columns (schemas issue; docs/SCHEMAS.md "Typed tables and evolution"): a topic side
+(key or value) decoded by its schema registry framing adds three nullable columns per side,
+appended after ``decode_error`` in the order key, value (:data:`TYPED_COLUMNS`)::
+
+    <side>_typed      the decoded key/value (struct, or the primitive's Arrow type); its type
+                      is the table's current type of the side (schemas/decode.py ``side_type``)
+    <side>_schema_id  int32   the schema id of the framing (null: not framed)
+    <side>_error      string  why the side did not decode (null: decoded, or not typed)
+
+They are added to the Delta schema the first time a side is typed and widened (nested fields
+appended) by schema evolution (tiered_table.py); files written before lack them (readers take
+null). ``key``/``value`` keep the raw bytes either way: tier fetches re-encode batches from
+them alone. :func:`conform_rows` keeps a file's typed columns and casts them to the table's.
+
 Rows of one batch are contiguous and ordered by offset, so :func:`rows_to_batches` rebuilds
 batches with their original base offsets, offsets, timestamps, keys, values, headers, producer
 fields and codec: a consumer cannot tell a batch re-encoded from the tier from the original
@@ -103,6 +117,39 @@ STORED_SCHEMA = pa.schema([*FILE_SCHEMA, DECODE_ERROR_FIELD])
 TABLE_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *STORED_SCHEMA])
 """The Delta table's schema, partitioned by ``partition``. Tables created before
 ``decode_error`` existed get it added (nullable) by TieredTable.ensure_created."""
+
+SIDES = ("key", "value")
+"""The record sides that may be typed, in the order their columns follow ``decode_error``."""
+
+
+def typed_names(side: str) -> tuple[str, str, str]:
+    """The three typed columns of ``side``: ``(<side>_typed, <side>_schema_id, <side>_error)``."""
+    return f"{side}_typed", f"{side}_schema_id", f"{side}_error"
+
+
+TYPED_COLUMNS = tuple(name for side in SIDES for name in typed_names(side))
+"""Every typed column's name, in file order."""
+
+
+def typed_fields(side: str, typed_type: pa.DataType) -> list[pa.Field]:
+    """The typed columns of ``side`` whose decoded values have type ``typed_type``."""
+    typed, schema_id, error = typed_names(side)
+    return [pa.field(typed, typed_type, nullable=True), pa.field(schema_id, pa.int32()),
+            pa.field(error, pa.string())]
+
+
+def typed_schema(schema: pa.Schema) -> pa.Schema:
+    """The typed columns ``schema`` (a file's, a table's, some rows') holds, in file order."""
+    names = set(schema.names)
+    return pa.schema([schema.field(name) for name in TYPED_COLUMNS if name in names])
+
+
+def side_types(schema: pa.Schema) -> dict[str, pa.DataType]:
+    """``side -> <side>_typed`` type for the typed sides of ``schema``."""
+    names = set(schema.names)
+    return {side: schema.field(typed_names(side)[0]).type for side in SIDES
+            if typed_names(side)[0] in names}
+
 
 PARTITION_COLUMN = "partition"
 ENCODE_CHUNK_ROWS = 1 << 17
@@ -200,13 +247,26 @@ def _column(rows: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
     return column
 
 
-def conform_rows(rows: pa.Table) -> pa.Table:
-    """``rows`` with exactly the STORED_SCHEMA columns, in order: a ``decode_error`` column of
-    nulls is added to rows of files written before it existed (or to records decoded by
-    :func:`batches_to_rows`); FILE_SCHEMA columns must all be there."""
+def conform_rows(rows: pa.Table, typed: pa.Schema | None = None) -> pa.Table:
+    """``rows`` with the STORED_SCHEMA columns, in order, then typed columns: a
+    ``decode_error`` column of nulls is added to rows of files written before it existed (or
+    to records decoded by :func:`batches_to_rows`); FILE_SCHEMA columns must all be there.
+
+    ``typed`` None: the typed columns ``rows`` hold are kept as they are. Otherwise exactly the
+    columns of ``typed`` (a table's :func:`typed_schema`) follow: missing ones are null, and
+    held ones are cast to the table's type (struct fields matched by name; fields the rows lack
+    are null), so rows of files written before an evolution fit the table's newest schema."""
     if DECODE_ERROR not in rows.column_names:
         rows = rows.append_column(DECODE_ERROR_FIELD, pa.nulls(rows.num_rows, pa.string()))
-    return rows.select(STORED_SCHEMA.names).cast(STORED_SCHEMA)
+    target = typed_schema(rows.schema) if typed is None else typed
+    arrays = [rows.column(name) for name in STORED_SCHEMA.names]
+    for field in target:
+        if field.name in rows.column_names:
+            arrays.append(rows.column(field.name))
+        else:
+            arrays.append(pa.nulls(rows.num_rows, field.type))
+    schema = pa.schema([*STORED_SCHEMA, *target])
+    return pa.Table.from_arrays(arrays, names=schema.names).cast(schema)
 
 
 def quarantined(rows: pa.Table | pa.RecordBatch) -> pa.Array | None:

@@ -26,6 +26,28 @@ reads (:meth:`TieredTable.read_chunk`) never return quarantined rows: consumers 
 offsets as a gap. A commit whose segment range holds no row at all (every batch outside the
 range, or only bytes standing for no offset) still moves the app transaction, with no file.
 
+Typed columns (tier_rows.py; segments/tier_typing.py decodes them in the worker): a file of
+a typed topic holds ``<side>_typed`` / ``<side>_schema_id`` / ``<side>_error`` after the stored
+columns. deltalake's ``create_write_transaction`` commits add actions but never changes the
+table's metaData, so a file whose typed columns are wider than the table's schema (the side
+became typed, or a new schema version added fields) is preceded by a metadata-only commit:
+:meth:`TieredTable.evolve` (``alter.add_columns`` with the typed columns, which delta-rs merges
+into the schema: new columns and new nested struct fields appended, nullable; existing field
+types never change -- a type conflict raises, and the worker's ``side_type`` merge already
+turned such records into ``<side>_error`` rows). Steps and crash points of a typed tier commit::
+
+    1. evolve: metadata commit widening the schema  crash: a wider schema and no new rows --
+                                                    harmless (every older file reads the new
+                                                    columns and fields as null); the retry
+                                                    finds the schema wide enough, skips 1
+    2. data commit (app transaction, below)         as for untyped commits
+
+A concurrent writer whose snapshot predates step 1 loses its commit to delta-rs's "metadata
+changed" conflict and retries (tier commits retry, clean-up jobs re-plan). Schemas only widen,
+so a file written against an older, narrower table type stays readable by name (delta-spark,
+deltalake, pyarrow: missing nested fields are null). Rewrites (clean-up jobs, DeleteRecords)
+keep the typed columns, cast to the table's newest type (tier_rows.conform_rows).
+
 Exactly-once tiering: every commit that adds rows of partition ``p`` carries the Delta app
 transaction ``(app_id=f"{topic}-{p}", version=last tiered offset)``. A writer first reads that
 version, writes Parquet, then commits; delta-rs rejects a commit whose app id changed since the
@@ -61,7 +83,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, Transaction
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.schema import Field, PrimitiveType
+from deltalake.schema import Field, PrimitiveType, Schema
 from deltalake.transaction import AddAction
 
 if TYPE_CHECKING:
@@ -74,10 +96,13 @@ from loglake.segments.tier_rows import (
     DECODE_ERROR,
     FILE_SCHEMA,
     PARTITION_COLUMN,
+    SIDES,
     STORED_SCHEMA,
     TABLE_SCHEMA,
     conform_rows,
     records_only,
+    typed_names,
+    typed_schema,
 )
 from loglake.segments.tier_txn import AbortedRange, committed_rows
 
@@ -136,6 +161,14 @@ class SegmentWrite:
     """Records of aborted transactions left out (tier_txn.py)."""
     markers: int = 0
     """Transaction markers (control records) left out."""
+    typed: pa.Schema | None = None
+    """The typed columns of the file (tier_rows.typed_schema): the table's schema must hold
+    them before the commit (:meth:`TieredTable.commit` ``typed=``). None: an untyped file."""
+    missing_ids: tuple[int, ...] = ()
+    """Schema ids the records carry that the worker was not given: nothing was written
+    (``pending`` None); the caller looks them up and calls again (segments/tier_typing.py)."""
+    typed_errors: int = 0
+    """Typed-side values of the file that did not decode (``<side>_error`` set)."""
 
 
 def app_id(topic: str, partition: int) -> str:
@@ -217,6 +250,34 @@ class TieredTable:
                 time.sleep(0.1)
         return self.table(refresh=True)
 
+    def typed_schema(self, *, refresh: bool = False) -> pa.Schema:
+        """The typed columns of the table's schema (tier_rows.typed_schema; empty: untyped or
+        no table yet)."""
+        try:
+            dt = self.table(refresh=refresh)
+        except TableNotFoundError:
+            return pa.schema([])
+        return typed_schema(pa.schema(dt.schema().to_arrow()))
+
+    def evolve(self, typed: pa.Schema) -> bool:
+        """Make the table's schema hold the typed columns ``typed`` (module docstring: a
+        metadata-only commit merging them in; nothing when it holds them already). Returns
+        whether it committed. Raises when a column's type cannot merge with the table's."""
+        for attempt in range(COMMIT_ATTEMPTS):
+            current = self.typed_schema(refresh=True)
+            if _covers(current, typed):
+                return False
+            try:
+                self.table().alter.add_columns(list(Schema.from_arrow(typed).fields))
+                log.info("%s: schema evolved to hold %s", self.uri,
+                         ", ".join(f"{f.name} {f.type}" for f in typed))
+                return True
+            except CommitFailedError as exc:  # a concurrent commit: reload and look again
+                log.info("evolving %s lost a race (%s); retrying", self.uri, exc)
+                time.sleep(min(0.05 * (attempt + 1), 0.5))
+        raise CommitFailedError(f"could not evolve the schema of {self.uri} after "
+                                f"{COMMIT_ATTEMPTS} attempts")
+
     def tiered_end(self, partition: int, *, refresh: bool = True) -> int | None:
         """One past the last offset tiered for ``partition`` (None: nothing tiered yet)."""
         try:
@@ -293,7 +354,7 @@ class TieredTable:
         file's statistic, and must not move past offsets that were simply left out."""
         if rows.num_rows == 0:
             raise ValueError("no rows to tier")
-        rows = conform_rows(rows)
+        rows = conform_rows(rows)  # typed columns, if any, kept after the stored ones
         offsets = rows.column("offset")
         first, last = offsets[0].as_py(), offsets[-1].as_py()
         starts_at = first if first_offset is None else min(first, first_offset)
@@ -304,7 +365,7 @@ class TieredTable:
         path = self.storage.path_in_fs(uri)
         self.storage.make_parent_dirs(uri)
         with fs.open_output_stream(path) as sink, pq.ParquetWriter(
-            sink, STORED_SCHEMA, compression="zstd", write_statistics=True,
+            sink, rows.schema, compression="zstd", write_statistics=True,
         ) as writer:
             for start, stop in _row_groups(rows.column("batch_offset")):
                 writer.write_table(rows.slice(start, stop - start), row_group_size=stop - start)
@@ -324,16 +385,22 @@ class TieredTable:
             "nullCount": {"offset": 0, "timestamp": 0, "batch_offset": 0, "is_control": 0,
                           "key": rows.column("key").null_count,
                           "value": rows.column("value").null_count,
-                          DECODE_ERROR: rows.column(DECODE_ERROR).null_count},
+                          DECODE_ERROR: rows.column(DECODE_ERROR).null_count,
+                          **{name: rows.column(name).null_count
+                             for side in SIDES for name in typed_names(side)[1:]
+                             if name in rows.column_names}},
         }
         return PendingFile(relative, int(size or 0), rows.num_rows, starts_at, last,
                            json.dumps(stats))
 
     def commit(self, partition: int, files: Sequence[PendingFile], last_offset: int,
-               *, expected_end: int | None, metadata: Mapping[str, str] | None = None) -> bool:
+               *, expected_end: int | None, metadata: Mapping[str, str] | None = None,
+               typed: pa.Schema | None = None) -> bool:
         """Commit ``files`` as the rows of ``partition`` up to ``last_offset``, if the tiered
         end is still ``expected_end`` (what the caller read before writing them). ``files``
-        may be empty (the offsets hold no row); ``metadata`` goes into the commit's info.
+        may be empty (the offsets hold no row); ``metadata`` goes into the commit's info;
+        ``typed``: the files' typed columns, which the table's schema is evolved to hold first
+        (:meth:`evolve`, module docstring).
 
         Returns False, committing nothing, when another writer already moved the partition's
         tiered end (its commit holds these rows). Retries commits that lost a race to writers
@@ -354,6 +421,8 @@ class TieredTable:
         for attempt in range(COMMIT_ATTEMPTS):
             if self.tiered_end(partition, refresh=True) != expected_end:
                 return False
+            if typed is not None and len(typed) and files:
+                self.evolve(typed)
             try:
                 self.table().create_write_transaction(
                     actions, "append", TABLE_SCHEMA, partition_by=[PARTITION_COLUMN],
@@ -399,8 +468,11 @@ class TieredTable:
                 stats = meta.row_group(index).column(offset_column).statistics
                 if stats is not None and stats.has_min_max and stats.max < offset:
                     continue
+                stored = [name for name in meta.schema.to_arrow_schema().names
+                          if name in _STORED_NAMES]  # not the typed columns: not served
                 with fs.open_input_file(self.storage.path_in_fs(tier_file.uri)) as source:
-                    rows = pq.ParquetFile(source, metadata=meta).read_row_group(index)
+                    rows = pq.ParquetFile(source, metadata=meta).read_row_group(
+                        index, columns=stored)
                 mask = pc.greater_equal(rows.column("batch_last_offset"), offset)
                 rows = records_only(rows.filter(mask))
                 if rows.num_rows:
@@ -443,6 +515,36 @@ class TieredTable:
                     i = hits[0].as_py()
                     return batch.column("offset")[i].as_py(), ts[i].as_py() // 1000
         return None
+
+
+_STORED_NAMES = frozenset(STORED_SCHEMA.names)
+
+
+def _covers(current: pa.Schema, wanted: pa.Schema) -> bool:
+    """Whether the typed columns ``current`` hold every column and nested field of ``wanted``
+    (with the same types)."""
+    for field in wanted:
+        index = current.get_field_index(field.name)
+        if index < 0 or not _type_covers(current.field(index).type, field.type):
+            return False
+    return True
+
+
+def _type_covers(have: pa.DataType, want: pa.DataType) -> bool:
+    if pa.types.is_struct(have) and pa.types.is_struct(want):
+        names = [have.field(i).name for i in range(have.num_fields)]
+        for i in range(want.num_fields):
+            child = want.field(i)
+            if child.name not in names or not _type_covers(
+                    have.field(names.index(child.name)).type, child.type):
+                return False
+        return True
+    if pa.types.is_list(have) and pa.types.is_list(want):
+        return _type_covers(have.value_type, want.value_type)
+    if pa.types.is_map(have) and pa.types.is_map(want):
+        return (_type_covers(have.key_type, want.key_type)
+                and _type_covers(have.item_type, want.item_type))
+    return bool(have == want)
 
 
 def _quarantined_rows(num_records: int, decode_error_nulls: int | None) -> int:
