@@ -18,12 +18,13 @@ def build_parser() -> argparse.ArgumentParser:
     from loglake.compaction import cli as compaction_cli
     from loglake.console import cli as console_cli
     from loglake.dev import cli as dev_cli
+    from loglake.registry import cli as registry_cli
     from loglake.streaming import sql_cli
 
     parser = argparse.ArgumentParser(prog="loglake", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (demo, dev_cli, client_cli, users_cli, tiering_cli, sql_cli, compaction_cli,
-                   console_cli, broker_main, schemas_cli):
+                   console_cli, broker_main, schemas_cli, registry_cli):
         module.register(commands)
     return parser
 

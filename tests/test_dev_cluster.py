@@ -184,7 +184,8 @@ def test_harness_faults_and_persistence(tmp_path: Path, kazoo: list[KazooClient]
 
 def test_cli_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = str(tmp_path / "cli")
-    first = free_port_block(2, also=(cluster.METRICS_PORT_OFFSET, cluster.CONSOLE_PORT_OFFSET))
+    first = free_port_block(2, also=(cluster.METRICS_PORT_OFFSET, cluster.CONSOLE_PORT_OFFSET,
+                                     cluster.REGISTRY_PORT_OFFSET))
     try:
         assert _run_cli("dev", "up", "--data", data, "--base-port", str(first),
                         "--zookeeper-port", str(first + 1),
@@ -193,7 +194,8 @@ def test_cli_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         assert capsys.readouterr().out.splitlines() == [
             f"bootstrap.servers=127.0.0.1:{first}", f"zookeeper=127.0.0.1:{first + 1}/loglake",
             f"metrics={metrics_url}",
-            f"console=http://127.0.0.1:{first + cluster.CONSOLE_PORT_OFFSET}/"]
+            f"console=http://127.0.0.1:{first + cluster.CONSOLE_PORT_OFFSET}/",
+            f"schema.registry.url=http://127.0.0.1:{first + cluster.REGISTRY_PORT_OFFSET}"]
         scraped = httpx.get(metrics_url, timeout=10)  # dev up turns metrics on
         assert "kafka_server_brokertopicmetrics_messagesin_total" in scraped.text
         overview = httpx.get(f"http://127.0.0.1:{first + cluster.CONSOLE_PORT_OFFSET}/"
@@ -205,6 +207,7 @@ def test_cli_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         assert rows[1].split()[0::4] == ["zookeeper", "running"]
         assert rows[2].split()[0::4] == ["broker", "stopped"]
         assert rows[3].split()[0::4] == ["console", "running"]
+        assert rows[4].split()[0::4] == ["registry", "running"]  # and the schema registry
         assert _run_cli("dev", "start", "--data", data, "--broker", "1") == 0
         assert _run_cli("dev", "start", "--data", data, "--broker", "1") == 1
         assert "already running" in capsys.readouterr().err

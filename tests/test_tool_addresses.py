@@ -147,7 +147,7 @@ def tools(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tools]:
     up = starter.run("dev", "up", "--data", str(data), "--base-port", str(first),
                      "--zookeeper-port", str(first + 1),
                      "--broker-config", "zookeeper.session.timeout.ms=6000",
-                     "--no-metrics", "--no-console")  # (their ports are not reserved here)
+                     "--no-metrics", "--no-console", "--no-registry")  # (ports not reserved)
     try:
         assert up.returncode == 0, up.stderr
         printed = dict(line.split("=", 1) for line in up.stdout.splitlines())

@@ -29,6 +29,9 @@ registrars racing on the same subject cannot both take a version number; the los
 after every version using them is hard-deleted (Confluent keeps serving ids too), so records
 framed with an id always stay decodable.
 
+Imported ids (the registry's IMPORT mode, :meth:`SchemaStore.import_id`) are created directly
+under ``ids/``; :meth:`SchemaStore.ensure_id` then skips a sequence number whose id is taken.
+
 Errors: kazoo's connection errors become ZooKeeperUnavailableError. Thread-safety: stateless
 beyond kazoo (thread-safe); blocking: call it off any event loop.
 """
@@ -64,8 +67,17 @@ MODE = f"{ROOT}/mode"
 GLOBAL = "__GLOBAL"
 """The ``config``/``mode`` node name of the registry-wide setting."""
 
+ID_ATTEMPTS = 1000
+"""How many sequence numbers :meth:`SchemaStore.ensure_id` draws before giving up (each one
+already taken by an imported id costs one)."""
+
+
 class VersionTakenError(LoglakeError):
     """Another registrar created this subject version first: re-read and retry."""
+
+
+class IdTakenError(LoglakeError):
+    """An import names a schema id that holds other content."""
 
 
 def subject_node(subject: str) -> str:
@@ -145,18 +157,47 @@ class SchemaStore:
         with _typed_errors("registering a schema id"):
             for path in (ID_SEQ, IDS, FINGERPRINTS):
                 self._zk.ensure_path(path)
-            seq_path = self._zk.create(f"{ID_SEQ}/id-", b"", sequence=True)
-            new_id = int(seq_path.rsplit("-", 1)[1]) + 1
-            txn = self._zk.transaction()
-            txn.create(f"{IDS}/{new_id}", body)
-            txn.create(print_path, json.dumps({"id": new_id}).encode())
-            results = txn.commit()
-        if not any(isinstance(r, Exception) for r in results):
-            return new_id
-        found = self.id_for(schema_type, schema, references)
-        if found is None:
-            raise LoglakeError(f"could not register schema id {new_id}: {results}")
-        return found
+        for _attempt in range(ID_ATTEMPTS):
+            with _typed_errors("registering a schema id"):
+                seq_path = self._zk.create(f"{ID_SEQ}/id-", b"", sequence=True)
+                new_id = int(seq_path.rsplit("-", 1)[1]) + 1
+                txn = self._zk.transaction()
+                txn.create(f"{IDS}/{new_id}", body)
+                txn.create(print_path, json.dumps({"id": new_id}).encode())
+                results = txn.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                return new_id
+            found = self.id_for(schema_type, schema, references)
+            if found is not None:
+                return found
+            # the id was taken by an import (import_id): draw the next sequence number
+        raise LoglakeError(f"could not register a schema id: {ID_ATTEMPTS} ids in a row were "
+                           "taken by imports")
+
+    def import_id(self, schema_id: int, schema_type: SchemaType, schema: str,
+                  references: Sequence[SchemaReference] = ()) -> int:
+        """Store this content under the given id (the registry's IMPORT mode). An id handed
+        out later by :meth:`ensure_id` skips it. Raises :class:`IdTakenError` if the id holds
+        other content. The fingerprint keeps pointing at an earlier id of the same content."""
+        existing = self.schema(schema_id)
+        if existing is not None:
+            if (existing.schema_type, existing.schema, existing.references) == (
+                    schema_type, schema, tuple(references)):
+                return schema_id
+            raise IdTakenError(f"schema id {schema_id} holds another schema")
+        body = json.dumps({"schemaType": schema_type, "schema": schema,
+                           "references": [r.to_json() for r in references]}).encode()
+        print_path = f"{FINGERPRINTS}/{fingerprint(schema_type, schema, references)}"
+        with _typed_errors(f"importing schema id {schema_id}"):
+            for path in (ID_SEQ, IDS, FINGERPRINTS):
+                self._zk.ensure_path(path)
+            try:
+                self._zk.create(f"{IDS}/{int(schema_id)}", body)
+            except NodeExistsError:
+                return self.import_id(schema_id, schema_type, schema, references)
+            with contextlib.suppress(NodeExistsError):
+                self._zk.create(print_path, json.dumps({"id": int(schema_id)}).encode())
+        return int(schema_id)
 
     # ------------------------------------------------------------------ subjects
     def subjects(self) -> list[str]:

@@ -12,6 +12,9 @@ commands on this cluster log in as the admin without ``--command-config``;
 ``/metrics``, on its port + 2000; ``--no-metrics`` leaves them off);
 ``dev up`` starts the web console too (``loglake console`` on the base port + 3000, printed as
 ``console=<URL>``; ``--no-console`` leaves it out);
+``dev up`` starts a schema registry too (``loglake registry`` on the base port + 4000, printed as
+``schema.registry.url=<URL>``; HTTPS with basic auth as the admin under ``--security``;
+``--no-registry`` leaves it out);
 ``dev down`` removes the profile while it names the cluster it stopped.
 
 Wiring: the main parser calls :func:`register` with its subparsers; every leaf parser sets
@@ -73,6 +76,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--no-console", action="store_true",
                     help="do not start the web console (by default `loglake console` runs on "
                          "the base port + 3000 and its URL is printed as console=...)")
+    up.add_argument("--no-registry", action="store_true",
+                    help="do not start the schema registry (by default `loglake registry` "
+                         "runs on the base port + 4000 and its URL is printed as "
+                         "schema.registry.url=...)")
     up.set_defaults(handler=_up)
 
     status = commands.add_parser("status", help="show the recorded processes")
@@ -160,7 +167,7 @@ def _up(args: argparse.Namespace) -> int:
                       zookeeper_port=args.zookeeper_port, zookeepers=args.zookeepers,
                       broker_overrides=_overrides(args), timeout=args.timeout,
                       security=args.security, metrics=not args.no_metrics,
-                      console=not args.no_console)
+                      console=not args.no_console, registry=not args.no_registry)
     for line in info.summary_lines():
         print(line)
     command_config = None if info.client_properties is None else str(info.client_properties)

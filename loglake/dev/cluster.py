@@ -51,7 +51,7 @@ from loglake.dev.errors import ClusterStateError, DevError, StartupError
 from loglake.dev.process import ProcessHandle
 from loglake.dev.zookeeper import ZooKeeperServer, ensemble_peers
 
-Role = Literal["broker", "zookeeper", "console"]
+Role = Literal["broker", "zookeeper", "console", "registry"]
 
 STATE_FILE = "dev-cluster.json"
 LOCK_FILE = "dev-cluster.lock"
@@ -63,6 +63,10 @@ METRICS_PORT_OFFSET = 2000
 CONSOLE_PORT_OFFSET = 3000
 """With the console on (``up(..., console=True)``, ``loglake dev up``): its HTTP port = the
 base port + this (``loglake console`` as a recorded process, stopped first by ``down``)."""
+REGISTRY_PORT_OFFSET = 4000
+"""With the schema registry on (``up(..., registry=True)``, ``loglake dev up``): its port = the
+base port + this (``loglake registry`` as a recorded process; HTTPS with basic auth in a
+secured cluster)."""
 """With metrics on (``up(..., metrics=True)``, ``loglake dev up``): a broker's ``/metrics``
 port = its Kafka port + this."""
 """Default first ZooKeeper port = base port + this."""
@@ -104,6 +108,16 @@ class ClusterInfo:
     """Whether the brokers serve ``/metrics`` (port: :data:`METRICS_PORT_OFFSET`)."""
     console_port: int | None = None
     """The web console's port when ``up`` started one."""
+    registry_port: int | None = None
+    """The schema registry's port when ``up`` started one."""
+
+    @property
+    def registry_url(self) -> str | None:
+        """``http://127.0.0.1:<port>`` (``https`` in a secured cluster) of the registry."""
+        if self.registry_port is None:
+            return None
+        scheme = "https" if self.security is not None else "http"
+        return f"{scheme}://{net.LOOPBACK}:{self.registry_port}"
 
     @property
     def console_url(self) -> str | None:
@@ -141,6 +155,8 @@ class ClusterInfo:
             lines.append(f"metrics={','.join(self.metrics_urls)}")
         if self.console_url is not None:
             lines.append(f"console={self.console_url}")
+        if self.registry_url is not None:
+            lines.append(f"schema.registry.url={self.registry_url}")
         if self.security is not None:
             lines += [f"security.protocol={self.security.upper()}",
                       f"command.config={self.client_properties}",
@@ -217,7 +233,8 @@ class _State:
         return ClusterInfo(self.data_dir, tuple(e.port for e in self.of("broker")),
                            tuple(e.port for e in self.of("zookeeper")), self.chroot,
                            self.external_zookeeper, self.security, self.metrics,
-                           next((e.port for e in self.of("console")), None))
+                           next((e.port for e in self.of("console")), None),
+                           next((e.port for e in self.of("registry")), None))
 
     def save(self) -> None:
         document = {
@@ -387,9 +404,28 @@ def _console_ready(port: int) -> bool:
         return False
 
 
+def _registry_ready(port: int, tls_ca: str) -> bool:
+    """The registry answers ``GET /`` (any HTTP status: 401 without credentials is fine)."""
+    import ssl
+    import urllib.error
+
+    scheme = "https" if tls_ca else "http"
+    context = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
+    try:
+        with urllib.request.urlopen(f"{scheme}://{net.LOOPBACK}:{port}/", timeout=1.0,
+                                    context=context) as got:
+            return bool(got.status == 200)
+    except urllib.error.HTTPError as exc:
+        return exc.code == 401
+    except OSError:
+        return False
+
+
 def _ready(entry: _Entry) -> bool:
     if entry.role == "console":
         return _console_ready(entry.port)
+    if entry.role == "registry":
+        return _registry_ready(entry.port, entry.tls_ca)
     if entry.role == "broker":
         return net.kafka_api_versions_ok(entry.port, tls_ca=entry.tls_ca or None)
     return net.zookeeper_is_serving(entry.port)
@@ -464,6 +500,7 @@ def up(
     security: secure.Security | None = None,
     metrics: bool = False,
     console: bool = False,
+    registry: bool = False,
 ) -> ClusterInfo:
     """Start ZooKeeper (``zookeepers`` members) and ``brokers`` brokers rooted in ``data_dir``.
 
@@ -475,7 +512,11 @@ def up(
     ``loglake console`` on the base port + :data:`CONSOLE_PORT_OFFSET` (ready when its
     ``/healthz`` answers; the info names its URL). ``metrics``: every broker serves
     ``/metrics`` on its port + :data:`METRICS_PORT_OFFSET` (``metrics.listener``; an override
-    of it wins); the info lists the URLs.
+    of it wins); the info lists the URLs. ``registry``: also run ``loglake registry`` on the
+    base port + :data:`REGISTRY_PORT_OFFSET` (ready when ``GET /`` answers; in a secured
+    cluster over HTTPS with the cluster's certificate and HTTP Basic auth against the SCRAM
+    users, and the client properties file gets ``schema.registry.url`` and
+    ``basic.auth.user.info``); the info names its URL.
 
     Returns once every ZooKeeper member serves clients and every broker answers ApiVersions, each
     wait bounded by ``timeout`` seconds. Existing data in ``data_dir`` is reused. Refuses
@@ -512,6 +553,8 @@ def up(
             extra_ports += [port + METRICS_PORT_OFFSET for port in wanted]
         if console:
             extra_ports.append(base_port + CONSOLE_PORT_OFFSET)
+        if registry:
+            extra_ports.append(base_port + REGISTRY_PORT_OFFSET)
         wanted += [server.client_port for server in servers]
         wanted += [port for server in servers[:1] for peer in server.peers
                    for port in (peer.peer_port, peer.election_port)]
@@ -579,11 +622,30 @@ def up(
                 state.entries.append(entry)
                 _spawn(state, entry)
                 _wait_ready([entry], timeout)
+            if registry:
+                _start_registry(state, data_dir, base_port + REGISTRY_PORT_OFFSET, timeout)
         except BaseException:
             _stop_all(state, timeout=5.0)
             (data_dir / STATE_FILE).unlink(missing_ok=True)
             raise
         return state.info()
+
+
+def _start_registry(state: _State, data_dir: Path, port: int, timeout: float) -> None:
+    """Spawn ``loglake registry`` on ``port`` and wait until it answers."""
+    info = state.info()
+    command = [sys.executable, "-m", "loglake", "registry", "--zookeeper",
+               info.zookeeper_connect, "--port", str(port)]
+    tls_ca = ""
+    if state.security is not None:
+        certificates = secure.prepare(data_dir).certificates
+        command += ["--certfile", str(certificates.broker), "--basic-auth"]
+        tls_ca = str(certificates.ca)
+    entry = _Entry("registry", 1, port, command, str(data_dir / "logs" / "registry.log"),
+                   _broker_env(), tls_ca=tls_ca)
+    state.entries.append(entry)
+    _spawn(state, entry)
+    _wait_ready([entry], timeout)
 
 
 # -- inspecting and stopping --------------------------------------------------------------------
@@ -600,9 +662,9 @@ def status(data_dir: Path) -> list[ProcessStatus]:
 
 
 def _stop_all(state: _State, *, timeout: float) -> None:
-    """SIGTERM the console and brokers, wait ``timeout`` s, SIGKILL stragglers; then the same
-    for ZooKeeper."""
-    roles: tuple[Role, ...] = ("console", "broker", "zookeeper")
+    """SIGTERM the registry, the console and the brokers, wait ``timeout`` s, SIGKILL
+    stragglers; then the same for ZooKeeper."""
+    roles: tuple[Role, ...] = ("registry", "console", "broker", "zookeeper")
     for role in roles:
         handles = [entry.handle for entry in state.of(role) if entry.pid > 0]
         process.terminate(handles, grace=timeout)

@@ -156,12 +156,16 @@ class DevCluster:
         zookeeper: str | None = None,
         chroot: str | None = None,
         security: Security | None = None,
+        registry: bool = False,
     ) -> None:
         """``zookeeper``: connection string (no chroot) of a running ZooKeeper to use instead of
         starting one; the brokers then live under ``chroot`` (default: a fresh
         ``/loglake-<random>``, so clusters sharing one ZooKeeper never see each other).
         ``security="sasl_ssl"``: a secured cluster (see ``cluster.up``); :meth:`client_config`
-        then holds the admin's settings, which the harness's own admin calls use."""
+        then holds the admin's settings, which the harness's own admin calls use.
+        ``registry``: also run a schema registry (``loglake registry``) on the base port +
+        ``cluster.REGISTRY_PORT_OFFSET``: :attr:`registry_url` (HTTPS + basic auth as the
+        admin when secured: :meth:`registry_config`)."""
         if zookeeper is not None and zookeepers != 1:
             raise ValueError("an external ZooKeeper replaces the cluster's own ensemble")
         zk_ports = 0 if zookeeper is not None else 1 if zookeepers == 1 else 3 * zookeepers
@@ -169,7 +173,8 @@ class DevCluster:
             # one block for everything, so the broker and ZooKeeper ranges cannot overlap
             first = free_port_block(brokers + zk_ports, also=[
                 index + offset for index in range(brokers)
-                for offset in cluster.listener_port_offsets(broker_overrides)])
+                for offset in cluster.listener_port_offsets(broker_overrides)]
+                + ([cluster.REGISTRY_PORT_OFFSET] if registry else []))
             base_port = first if base_port is None else base_port
             zookeeper_port = first + brokers if zookeeper_port is None else zookeeper_port
         self.data_dir = Path(data_dir).absolute()
@@ -189,6 +194,7 @@ class DevCluster:
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.security = security
+        self.registry = registry
         self._info: ClusterInfo | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -200,7 +206,7 @@ class DevCluster:
             zookeeper_port=self.zookeeper_port, zookeepers=self.zookeepers,
             broker_overrides=self.broker_overrides or None, timeout=self.start_timeout,
             external_zookeeper=self.external_zookeeper, chroot=self.requested_chroot,
-            security=self.security)
+            security=self.security, registry=self.registry)
         return self
 
     def stop(self) -> None:
@@ -245,6 +251,28 @@ class DevCluster:
     @property
     def chroot(self) -> str:
         return self.info.chroot
+
+    @property
+    def registry_url(self) -> str:
+        """The schema registry's base URL (``DevCluster(registry=True)``)."""
+        url = self.info.registry_url
+        if url is None:
+            raise ClusterStateError("this dev cluster runs no schema registry: "
+                                    "DevCluster(..., registry=True)")
+        return url
+
+    def registry_config(self) -> dict[str, str]:
+        """confluent-kafka ``SchemaRegistryClient`` settings reaching the registry (for a
+        secured cluster: the cluster's CA and the admin's basic auth user info)."""
+        config = {"url": self.registry_url}
+        path = self.info.client_properties
+        if path is not None:
+            from loglake.client.security import read_properties
+
+            props = read_properties(path)
+            config["ssl.ca.location"] = props["ssl.ca.location"]
+            config["basic.auth.user.info"] = f"{props['sasl.username']}:{props['sasl.password']}"
+        return config
 
     def broker_port(self, broker_id: int) -> int:
         return self.info.broker_ports[broker_id - 1]
@@ -399,6 +427,17 @@ class DevCluster:
 
     def resume_broker(self, broker_id: int) -> None:
         cluster.resume_broker(self.data_dir, broker_id)
+
+    def kill_registry(self) -> None:
+        """SIGKILL the schema registry; returns when the process is gone."""
+        cluster.kill_process(self.data_dir, "registry", 1)
+
+    def start_registry(self) -> None:
+        """Start the killed/stopped schema registry again; returns once it answers."""
+        cluster.start_process(self.data_dir, "registry", 1, timeout=self.start_timeout)
+
+    def registry_log(self) -> str:
+        return self._log("registry.log")
 
     def kill_zookeeper(self, node: int = 1) -> None:
         cluster.kill_zookeeper(self.data_dir, node)
