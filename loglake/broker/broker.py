@@ -85,6 +85,7 @@ from loglake.broker.quotas.manager import ClientQuotas
 from loglake.broker.replica_manager import ReplicaManager
 from loglake.broker.replica_states import ReplicaStates
 from loglake.broker.replication_quota import ReplicationQuotas
+from loglake.broker.schema_validation import SchemaValidation
 from loglake.broker.security.acl_authorizer import AclAuthorizer
 from loglake.broker.security.acl_sync import AclSync
 from loglake.broker.security.authorizer import AllowAllAuthorizer, Authorizer
@@ -96,6 +97,7 @@ from loglake.broker.topic_sync import TopicSync
 from loglake.broker.transactions.coordinator import TransactionCoordinator
 from loglake.broker.transactions.markers import MarkerSender
 from loglake.broker.zk_session import ZkSession
+from loglake.catalog.schemas import SchemaStore
 from loglake.catalog.zk_auth import resolve_zk_auth
 from loglake.catalog.zookeeper import (
     BrokerInfo,
@@ -154,7 +156,9 @@ class Broker:
         self.replicas = ReplicaManager(config, metadata=self.metadata,
                                        lease_valid=self.zk.healthy, tier=self.tierer,
                                        quotas=self.replication_quotas, clock=clock,
-                                       topic_metrics=self.metrics.topics)
+                                       topic_metrics=self.metrics.topics,
+                                       schema_validation=SchemaValidation.over_store(
+                                           self.zk.call, SchemaStore(catalog.zk)))
         self.replica_states = ReplicaStates(
             broker_id=config.broker_id, replicas=self.replicas, logs=self.logs,
             metadata=self.metadata, fetchers=self.fetchers, zk=self.zk, spawn=self._spawn,

@@ -11,8 +11,11 @@ a broker cut off from ZooKeeper never acknowledges a write nor serves a read as 
 Produce (:meth:`ReplicaManager.append_records`, Kafka's ``appendRecords``): acks must be 0, 1 or
 -1 (INVALID_REQUIRED_ACKS otherwise). Every partition's records are validated before anything
 is appended: the request-level rules (segments/validation.py: one batch per partition, magic 2,
-zstd needs v7, a transactional batch needs the request's transactional id) here, the batch and
-record rules in the log's append. Transactional batches are appended like any other; the
+zstd needs v7, a transactional batch needs the request's transactional id) here, then the
+topic's schema validation when its config turns it on (broker/schema_validation.py: every
+value/key framed with a schema id of the topic's subject, else INVALID_RECORD; it may wait for
+a ZooKeeper read, so leadership is checked again after it), the batch and record rules in the
+log's append. Transactional batches are appended like any other; the
 partition's producer state (broker/producer_state.py) opens the producer's transaction at its
 first one and answers, as Kafka's log does at every Produce version: INVALID_PRODUCER_EPOCH for a
 fenced epoch (never PRODUCER_FENCED, which only the coordinator APIs answer), INVALID_TXN_STATE
@@ -124,6 +127,7 @@ from loglake.segments.validation import check_produce_records
 
 if TYPE_CHECKING:
     from loglake.broker.producer_state import ProducerSummary
+    from loglake.broker.schema_validation import SchemaValidation
 
 log = logging.getLogger(__name__)
 
@@ -300,8 +304,11 @@ class ReplicaManager:
         quotas: ReplicationQuotas,
         clock: Callable[[], float] = time.time,
         topic_metrics: BrokerTopicMetrics | None = None,
+        schema_validation: SchemaValidation | None = None,
     ) -> None:
         self.config = config
+        # confluent.*.schema.validation (broker/schema_validation.py); None: never validated
+        self.schema_validation = schema_validation
         # Kafka's BrokerTopicMetrics: counted where produces and fetches are answered
         self.topic_metrics = topic_metrics if topic_metrics is not None else (
             BrokerTopicMetrics())
@@ -368,6 +375,10 @@ class ReplicaManager:
                 raise InvalidRequestError("Produce request carries no record batches.")
             partition = self.leader_partition(topic, index)
             check_produce_records(records, api_version, transactional_id=transactional_id)
+            validation = self.schema_validation
+            if validation is not None and validation.enabled(partition.config):
+                await validation.check(topic, index, partition.config, records)
+                partition = self.leader_partition(topic, index)  # still, after the wait
             min_isr = partition.config.min_insync_replicas
             if acks == -1 and len(partition.isr) < min_isr:
                 raise NotEnoughReplicasError(
