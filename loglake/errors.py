@@ -271,3 +271,17 @@ class InvalidSchemaError(LoglakeError):
     answers Confluent's 42201 with the one-line message)."""
 
     code = ErrorCode.invalid_request
+
+
+class SchemaDecodeError(LoglakeError):
+    """A framed key or value does not decode: not framed, an unknown schema id, a payload its
+    schema does not read (loglake/schemas/; the tierer turns it into a row's ``*_error``)."""
+
+    code = ErrorCode.invalid_record
+
+
+class IncompatibleTypeError(LoglakeError):
+    """A schema's column type cannot merge into a table column's type (a field whose type
+    would change): records of that schema get ``*_error`` instead of typed columns."""
+
+    code = ErrorCode.invalid_record

@@ -1,0 +1,64 @@
+"""Which sides (key, value) of a topic are typed, and by which subject.
+
+A side is typed when the topic's ``schema.columns.enable`` is true AND either its subject
+config is set (``value.schema.subject`` / ``key.schema.subject``) or the TopicNameStrategy
+subject (``<topic>-value`` / ``<topic>-key``) exists in the registry. Records are decoded by
+their own schema id (any id in the store), not only the subject's: the subject decides THAT a
+side is typed and contributes its versions' types to the table type (arrow_types.side_type).
+
+Pure: the caller passes ``subject_exists`` (a ZooKeeper read in the broker: run it off the
+event loop and cache it). Thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+
+class SchemaTopicConfig(Protocol):
+    """The topic config fields this reads (config.TopicConfig has them)."""
+
+    value_schema_subject: str
+    key_schema_subject: str
+    schema_columns_enable: bool
+
+
+class TypedSides(NamedTuple):
+    """The subject typing each side, None for an untyped side."""
+
+    key_subject: str | None
+    value_subject: str | None
+
+    @property
+    def any(self) -> bool:
+        return self.key_subject is not None or self.value_subject is not None
+
+    def subject(self, side: str) -> str | None:
+        """The subject of ``"key"`` or ``"value"``."""
+        return self.key_subject if side == "key" else self.value_subject
+
+
+UNTYPED = TypedSides(None, None)
+
+
+def default_subject(topic: str, side: str) -> str:
+    """Confluent's TopicNameStrategy subject of a side: ``<topic>-key`` / ``<topic>-value``."""
+    return f"{topic}-{side}"
+
+
+def typed_sides(topic: str, topic_config: SchemaTopicConfig,
+                subject_exists: Callable[[str], bool]) -> TypedSides:
+    """The typed sides of ``topic`` (module docstring). ``subject_exists(subject)``: whether
+    the registry has the subject (called only for sides without a configured subject)."""
+    if not topic_config.schema_columns_enable:
+        return UNTYPED
+
+    def side(configured: str, name: str) -> str | None:
+        if configured:
+            return configured
+        subject = default_subject(topic, name)
+        return subject if subject_exists(subject) else None
+
+    return TypedSides(side(topic_config.key_schema_subject, "key"),
+                      side(topic_config.value_schema_subject, "value"))
