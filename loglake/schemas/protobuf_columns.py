@@ -183,7 +183,7 @@ def _scalar(field: FieldDescriptor) -> Mapped:
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:
-    return field.label == _FD.LABEL_REPEATED
+    return bool(field.is_repeated)
 
 
 def _is_map(field: FieldDescriptor) -> bool:
