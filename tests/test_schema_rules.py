@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 
 import fastavro
 import pytest
 
-from loglake.errors import InvalidSchemaError
+from loglake.errors import InvalidConfigError, InvalidSchemaError
+from loglake.schemas.compatibility import LEVELS, check_compatibility, is_compatible
 from loglake.schemas.model import RegisteredSchema, SchemaReference
 from loglake.schemas.parse import (
     ParsedSchema,
@@ -224,3 +226,229 @@ def test_parsed_schema_pickles() -> None:
                    parse("PROTOBUF", A_PROTO, {"other/b.proto": B_PROTO})):
         copy = pickle.loads(pickle.dumps(parsed))
         assert isinstance(copy, ParsedSchema) and copy == parsed
+
+
+# -- compatibility --------------------------------------------------------------------------
+
+
+def _avro(*fields: dict[str, object]) -> ParsedSchema:
+    return parse("AVRO", json.dumps({"type": "record", "name": "R", "fields": list(fields)}))
+
+
+V1 = _avro({"name": "a", "type": "int"})
+V2_OPTIONAL = _avro({"name": "a", "type": "int"},
+                    {"name": "b", "type": ["null", "string"], "default": None})
+V2_REQUIRED = _avro({"name": "a", "type": "int"}, {"name": "b", "type": "string"})
+V2_LONG = _avro({"name": "a", "type": "long"})
+V2_STRING = _avro({"name": "a", "type": "string"})
+
+
+@pytest.mark.parametrize(("new", "level", "ok"), [
+    (V2_OPTIONAL, "BACKWARD", True), (V2_OPTIONAL, "FORWARD", True), (V2_OPTIONAL, "FULL", True),
+    (V2_REQUIRED, "BACKWARD", False), (V2_REQUIRED, "FORWARD", True),
+    (V2_REQUIRED, "FULL", False), (V2_REQUIRED, "NONE", True),
+    (V2_LONG, "BACKWARD", True), (V2_LONG, "FORWARD", False),  # int → long promotes
+    (V2_STRING, "BACKWARD", False), (V2_STRING, "FORWARD", False),
+])
+def test_avro_levels(new: ParsedSchema, level: str, ok: bool) -> None:
+    assert is_compatible(new, [V1], level) is ok
+
+
+def test_avro_messages_name_the_problem_like_confluent() -> None:
+    messages = check_compatibility(V2_REQUIRED, [V1], "BACKWARD", versions=[1])
+    assert messages[0].startswith("{errorType:'READER_FIELD_MISSING_DEFAULT_VALUE'")
+    assert "/fields/1" in messages[0] and "new schema" in messages[0]
+    assert messages[-2:] == ["{oldSchemaVersion: 1}", "{compatibility: 'BACKWARD'}"]
+    forward = check_compatibility(V2_STRING, [V1], "FORWARD")
+    assert "TYPE_MISMATCH" in forward[0] and "old schema" in forward[0]
+
+
+def test_transitive_levels_check_every_previous_version() -> None:
+    """v1 {a}, v2 {a, b=default} , v3 {a, b} without default: v3 reads v2's data (b is
+    there) but not v1's. BACKWARD checks v2 only; BACKWARD_TRANSITIVE finds v1."""
+    v3 = _avro({"name": "a", "type": "int"}, {"name": "b", "type": ["null", "string"]})
+    assert is_compatible(v3, [V1, V2_OPTIONAL], "BACKWARD")
+    messages = check_compatibility(v3, [V1, V2_OPTIONAL], "BACKWARD_TRANSITIVE",
+                                   versions=[1, 2])
+    assert "{oldSchemaVersion: 1}" in messages and "{oldSchemaVersion: 2}" not in messages
+    # FORWARD_TRANSITIVE: old readers of every version read the new data
+    assert not is_compatible(V1, [V2_REQUIRED, V2_OPTIONAL], "FORWARD_TRANSITIVE")
+    assert is_compatible(V1, [V2_REQUIRED, V2_OPTIONAL], "FORWARD")
+    assert not is_compatible(v3, [V1, V2_OPTIONAL], "FULL_TRANSITIVE")
+
+
+def test_avro_compatibility_with_named_type_references() -> None:
+    def person(extra: list[dict[str, object]]) -> ParsedSchema:
+        return parse("AVRO", json.dumps({"type": "record", "name": "Person", "fields": [
+            {"name": "address", "type": "com.example.common.Address"}, *extra]}),
+            {"com.example.common.Address": ADDRESS_AVRO})
+
+    assert is_compatible(person([{"name": "n", "type": "int", "default": 0}]), [person([])],
+                         "FULL")
+    assert not is_compatible(person([{"name": "n", "type": "int"}]), [person([])], "BACKWARD")
+
+
+def test_level_names_and_type_changes() -> None:
+    assert set(LEVELS) == {"NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD",
+                           "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE"}
+    with pytest.raises(InvalidConfigError, match="compatibility level"):
+        check_compatibility(V1, [V1], "SIDEWAYS")
+    assert check_compatibility(V1, [], "FULL_TRANSITIVE") == []
+    assert is_compatible(V1, [V1], "backward")
+    other = parse("JSON", '{"type": "integer"}')
+    assert "SCHEMA_TYPE_CHANGED" in check_compatibility(other, [V1], "BACKWARD")[0]
+
+
+def _json(schema: Mapping[str, object]) -> ParsedSchema:
+    return parse("JSON", json.dumps(schema))
+
+
+def _obj(props: dict[str, object], *, closed: bool | None = None,
+         required: list[str] | None = None) -> ParsedSchema:
+    schema: dict[str, object] = {"type": "object", "properties": props}
+    if closed is not None:
+        schema["additionalProperties"] = not closed
+    if required:
+        schema["required"] = required
+    return _json(schema)
+
+
+INT = {"type": "integer"}
+NUM = {"type": "number"}
+STR = {"type": "string"}
+
+
+@pytest.mark.parametrize(("old", "new", "level", "error"), [
+    # widening integer → number: backward yes, forward no
+    (_obj({"a": INT}), _obj({"a": NUM}), "BACKWARD", None),
+    (_obj({"a": INT}), _obj({"a": NUM}), "FORWARD", "TYPE_NARROWED"),
+    (_obj({"a": INT}), _obj({"a": STR}), "BACKWARD", "TYPE_CHANGED"),
+    # adding a property: fine when the old model was closed; not when it was open
+    (_obj({"a": INT}, closed=True), _obj({"a": INT, "b": STR}, closed=True), "BACKWARD", None),
+    (_obj({"a": INT}), _obj({"a": INT, "b": STR}), "BACKWARD",
+     "PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL"),
+    (_obj({"a": INT}), _obj({"a": INT, "b": {}}), "BACKWARD", None),
+    # removing a property: fine when the new model is open; not when closed
+    (_obj({"a": INT, "b": STR}), _obj({"a": INT}), "BACKWARD", None),
+    (_obj({"a": INT, "b": STR}, closed=True), _obj({"a": INT}, closed=True), "BACKWARD",
+     "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL"),
+    (_obj({"a": INT}), _obj({"a": INT}, closed=True), "BACKWARD",
+     "ADDITIONAL_PROPERTIES_REMOVED"),
+    (_obj({"a": INT}, closed=True), _obj({"a": INT}), "BACKWARD", None),
+    # required
+    (_obj({"a": INT}), _obj({"a": INT}, required=["a"]), "BACKWARD", "REQUIRED_ATTRIBUTE_ADDED"),
+    (_obj({"a": INT}, required=["a"]), _obj({"a": INT}), "BACKWARD", None),
+    (_obj({"a": INT}, required=["a"]), _obj({"a": INT}), "FORWARD", "REQUIRED_ATTRIBUTE_ADDED"),
+    # enums
+    (_json({"enum": ["A", "B"]}), _json({"enum": ["A", "B", "C"]}), "BACKWARD", None),
+    (_json({"enum": ["A", "B"]}), _json({"enum": ["A"]}), "BACKWARD", "ENUM_ARRAY_NARROWED"),
+    (_json({"enum": ["A", "B"]}), _json({"enum": ["A", "B", "C"]}), "FORWARD",
+     "ENUM_ARRAY_NARROWED"),
+    # arrays and nested objects
+    (_json({"type": "array", "items": INT}), _json({"type": "array", "items": NUM}),
+     "BACKWARD", None),
+    (_json({"type": "array", "items": NUM}), _json({"type": "array", "items": INT}),
+     "BACKWARD", "TYPE_NARROWED"),
+    (_obj({"o": {"type": "object", "properties": {"x": INT}, "additionalProperties": False}}),
+     _obj({"o": {"type": "object", "properties": {}, "additionalProperties": False}}),
+     "BACKWARD", "PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL"),
+    (_json({"type": "string"}), _json({"type": "string", "maxLength": 3}), "BACKWARD",
+     "MAX_LENGTH_ADDED"),
+    (_json({"type": ["string", "null"]}), _json({"type": "string"}), "BACKWARD",
+     "TYPE_NARROWED"),
+    (_json({"oneOf": [INT, STR]}), _json({"oneOf": [NUM, STR, {"type": "null"}]}), "BACKWARD",
+     None),
+    (_json({"oneOf": [INT, STR]}), _json({"oneOf": [INT]}), "BACKWARD",
+     "COMBINED_TYPE_SUBSCHEMAS_CHANGED"),
+])
+def test_json_schema_rules(old: ParsedSchema, new: ParsedSchema, level: str,
+                           error: str | None) -> None:
+    messages = check_compatibility(new, [old], level)
+    if error is None:
+        assert messages == []
+    else:
+        assert messages and f"errorType:'{error}'" in messages[0], messages
+
+
+def test_json_schema_refs_are_followed_and_recursion_terminates() -> None:
+    node = {"type": "object", "properties": {"v": INT, "next": {"$ref": "#"}}}
+    assert is_compatible(_json(node), [_json(node)], "FULL")
+    narrowed = {"type": "object", "properties": {"v": INT, "next": {"$ref": "#"}},
+                "additionalProperties": False}
+    assert not is_compatible(_json(narrowed), [_json(node)], "BACKWARD")
+    ref = {"b.json": RegisteredSchema(3, "JSON", '{"type": "integer"}')}
+    wide = {"b.json": RegisteredSchema(4, "JSON", '{"type": "number"}')}
+    old = parse("JSON", '{"type": "object", "properties": {"b": {"$ref": "b.json"}}}', ref)
+    new = parse("JSON", '{"type": "object", "properties": {"b": {"$ref": "b.json"}}}', wide)
+    assert is_compatible(new, [old], "BACKWARD") and not is_compatible(new, [old], "FORWARD")
+
+
+def _proto(body: str, syntax: str = "proto3", package: str = "p") -> ParsedSchema:
+    return parse("PROTOBUF", f'syntax = "{syntax}";\npackage {package};\n{body}\n')
+
+
+P1 = _proto("message M { int32 a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } "
+            "N n = 5; message N { int32 q = 1; } map<string, int32> m = 6; }")
+
+
+@pytest.mark.parametrize(("body", "error"), [
+    # compatible changes
+    ("message M { int32 a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } N n = 5; "
+     "message N { int32 q = 1; } map<string, int32> m = 6; int64 added = 7; }", None),
+    ("message M { int64 renamed = 1; bytes s = 2; oneof o { int32 x = 3; string y = 4; } "
+     "N n = 5; message N { int32 q = 1; } map<string, int32> m = 6; reserved 7; }", None),
+    ("message M { int32 a = 1; oneof o { int32 x = 3; string y = 4; } N n = 5; "
+     "message N { int32 q = 1; } map<string, int32> m = 6; reserved 2; }", None),
+    # incompatible changes
+    ("message M { string a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } N n = 5; "
+     "message N { int32 q = 1; } map<string, int32> m = 6; }", "FIELD_SCALAR_KIND_CHANGED"),
+    ("message M { sint32 a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } N n = 5; "
+     "message N { int32 q = 1; } map<string, int32> m = 6; }", "FIELD_SCALAR_KIND_CHANGED"),
+    ("message M { N a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } N n = 5; "
+     "message N { int32 q = 1; } map<string, int32> m = 6; }", "FIELD_KIND_CHANGED"),
+    ("message M { int32 a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } K n = 5; "
+     "message N { int32 q = 1; } message K { int32 q = 1; } map<string, int32> m = 6; }",
+     "FIELD_NAMED_TYPE_CHANGED"),
+    ("message M { int32 a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } N n = 5; "
+     "map<string, int32> m = 6; } message N { int32 q = 1; }", "MESSAGE_REMOVED"),
+    ("message M { int32 a = 1; string s = 2; oneof o { int32 x = 3; } N n = 5; "
+     "message N { int32 q = 1; } map<string, int32> m = 6; }", "ONEOF_FIELD_REMOVED"),
+    ("message M { string s = 2; oneof o { int32 x = 3; string y = 4; int32 a = 1; } N n = 5; "
+     "message N { int32 q = 1; } map<string, int32> m = 6; }", "FIELD_MOVED_TO_EXISTING_ONEOF"),
+    ("message M { oneof z { int32 a = 1; string s = 2; } oneof o { int32 x = 3; string y = 4; } "
+     "N n = 5; message N { int32 q = 1; } map<string, int32> m = 6; }",
+     "MULTIPLE_FIELDS_MOVED_TO_ONEOF"),
+    ("message M { repeated int32 a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } "
+     "N n = 5; message N { int32 q = 1; } map<string, int32> m = 6; }",
+     "FIELD_NUMERIC_LABEL_CHANGED"),
+    ("message M { int32 a = 1; string s = 2; oneof o { int32 x = 3; string y = 4; } N n = 5; "
+     "message N { int32 q = 1; } map<string, string> m = 6; }", "FIELD_NAMED_TYPE_CHANGED"),
+])
+def test_protobuf_rules(body: str, error: str | None) -> None:
+    messages = check_compatibility(_proto(body), [P1], "FULL")
+    if error is None:
+        assert messages == []
+    else:
+        assert any(f"errorType:'{error}'" in m for m in messages), messages
+
+
+def test_protobuf_package_rename_and_message_added_and_required_fields() -> None:
+    renamed = _proto(P1.text.split("package p;\n", 1)[1], package="q")
+    assert is_compatible(renamed, [P1], "FULL")
+    added = parse("PROTOBUF", P1.text + "message Extra { int32 e = 1; }\n")
+    assert is_compatible(added, [P1], "BACKWARD")
+    assert not is_compatible(added, [P1], "FORWARD")  # old readers lack Extra (as Confluent)
+    old2 = _proto("message M { optional int32 a = 1; }", syntax="proto2")
+    req = _proto("message M { required int32 a = 1; required int32 b = 2; }", syntax="proto2")
+    messages = check_compatibility(req, [old2], "BACKWARD")
+    assert sum("REQUIRED_FIELD_ADDED" in m for m in messages) == 2
+    assert "REQUIRED_FIELD_REMOVED" in check_compatibility(old2, [req], "BACKWARD")[0]
+
+
+def test_protobuf_serialized_and_text_forms_compare_equal() -> None:
+    from confluent_kafka.schema_registry.protobuf import _schema_to_str
+    from google.protobuf import struct_pb2
+
+    serialized = parse("PROTOBUF", _schema_to_str(struct_pb2.DESCRIPTOR))
+    text = parse("PROTOBUF", to_text(serialized))
+    assert check_compatibility(serialized, [text], "FULL_TRANSITIVE") == []
