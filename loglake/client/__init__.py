@@ -4,7 +4,8 @@ Errors are :class:`loglake.errors.LoglakeError`: :class:`BrokerError` when the b
 with a Kafka error code, :class:`ClientError` for client-side failures (timeouts, unreachable
 cluster). Both carry ``code``, a :class:`kio.schema.errors.ErrorCode`. Each client takes
 ``security=`` (a :class:`SecurityConfig` or a mapping of Kafka client properties) for TLS and
-SASL.
+SASL. :class:`SchemaProducer` / :class:`SchemaConsumer` add a schema registry (Avro, JSON
+Schema, Protobuf with confluent-kafka's serializers; :mod:`loglake.client.schema_serde`).
 """
 
 from loglake.client.admin import Admin
@@ -23,6 +24,7 @@ from loglake.client.model import (
     TopicPartitionKey,
 )
 from loglake.client.producer import Delivery, Producer
+from loglake.client.schema_serde import SchemaConsumer, SchemaProducer, SchemaRecord
 from loglake.client.security import SecurityConfig
 
 __all__ = [
@@ -42,6 +44,9 @@ __all__ = [
     "RebalanceCallback",
     "Record",
     "RecordMetadata",
+    "SchemaConsumer",
+    "SchemaProducer",
+    "SchemaRecord",
     "SecurityConfig",
     "TopicInfo",
     "TopicPartitionKey",

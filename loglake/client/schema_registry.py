@@ -6,7 +6,8 @@ Settings come from Confluent's client property names (the Java serializers' and
 confluent-kafka's), in a mapping or a ``--command-config`` properties file:
 
 =========================================  =====================================================
-``schema.registry.url``                    the registry's base URL (``http://`` or ``https://``)
+``schema.registry.url``                    the registry's base URL (``http://`` or ``https://``;
+                                           ``url`` too: confluent-kafka's client settings)
 ``basic.auth.user.info``                   ``user:password`` for HTTP Basic auth (also
 (``schema.registry.basic.auth.user.info``)  accepted with the ``schema.registry.`` prefix);
                                            ``basic.auth.credentials.source`` may be
@@ -83,7 +84,7 @@ class RegistrySettings:
         env = os.environ if environ is None else environ
         props = {str(k).strip(): str(v).strip() for k, v in properties.items() if v is not None}
         chosen = (url or "").strip() or env.get(REGISTRY_URL_ENV, "").strip() \
-            or props.get("schema.registry.url", "")
+            or props.get("schema.registry.url", "") or props.get("url", "")
         if not chosen:
             raise SchemaRegistryConfigError(
                 "no schema registry URL given",

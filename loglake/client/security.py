@@ -37,6 +37,8 @@ librdkafka's, mixed freely:
 ``algorithm``                        the host connected to) | empty or ``none`` (do not check)
 ===================================  ===========================================================
 
+Schema registry settings (``schema.registry.*``, ``basic.auth.*``: see
+:mod:`loglake.client.schema_registry`) may share the file and are left out here.
 Keys of the Java client with no librdkafka counterpart that do not change what a client does
 (``ssl.truststore.type``, ``ssl.keystore.type``, ``ssl.protocol``, ``ssl.enabled.protocols``,
 ``*.serializer``, ...: :data:`IGNORED_JAVA_KEYS`) are dropped; every other key is kept in
@@ -97,6 +99,12 @@ _SECURITY_KEYS = frozenset({
     "ssl.endpoint.identification.algorithm",
 })
 """Keys this module translates (everything else goes to :attr:`SecurityConfig.other`)."""
+
+
+def _registry_key(key: str) -> bool:
+    """A schema registry client setting (``schema.registry.*``, ``basic.auth.*``; read by
+    :mod:`loglake.client.schema_registry`), never a librdkafka one."""
+    return key.startswith(("schema.registry.", "basic.auth."))
 
 
 class SecurityConfigError(LoglakeError):
@@ -166,7 +174,8 @@ class SecurityConfig:
                 f"TLS settings given but security.protocol is {protocol}",
                 hint="set security.protocol=SSL (or SASL_SSL)")
         values["other"] = {k: v for k, v in props.items()
-                           if k not in _SECURITY_KEYS and k not in IGNORED_JAVA_KEYS}
+                           if k not in _SECURITY_KEYS and k not in IGNORED_JAVA_KEYS
+                           and not _registry_key(k)}
         return cls(**values)
 
     @classmethod
