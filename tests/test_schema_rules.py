@@ -4,12 +4,16 @@ registration form) and checks what the registry and decoders get back."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import fastavro
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from loglake.errors import InvalidConfigError, InvalidSchemaError
 from loglake.schemas.compatibility import LEVELS, check_compatibility, is_compatible
@@ -452,3 +456,120 @@ def test_protobuf_serialized_and_text_forms_compare_equal() -> None:
     serialized = parse("PROTOBUF", _schema_to_str(struct_pb2.DESCRIPTOR))
     text = parse("PROTOBUF", to_text(serialized))
     assert check_compatibility(serialized, [text], "FULL_TRANSITIVE") == []
+
+
+# -- round trips and properties -------------------------------------------------------------
+
+WELL_KNOWN = ["any", "api", "duration", "empty", "field_mask", "source_context", "struct",
+              "timestamp", "type", "wrappers", "descriptor"]
+
+
+def _without_json_names(file: Any) -> Any:
+    from google.protobuf import descriptor_pb2
+
+    copy = descriptor_pb2.FileDescriptorProto()
+    copy.CopyFrom(file)
+
+    def strip(message: descriptor_pb2.DescriptorProto) -> None:
+        for field in [*message.field, *message.extension]:
+            field.ClearField("json_name")
+        for nested in message.nested_type:
+            strip(nested)
+
+    for message in copy.message_type:
+        strip(message)
+    copy.name = "x.proto"
+    return copy
+
+
+@pytest.mark.parametrize("stem", WELL_KNOWN)
+def test_protobuf_rendering_round_trips_through_protoc(stem: str) -> None:
+    """Serialized (as confluent-kafka registers) → .proto text → protoc gives the same file
+    (descriptor.proto aside: its message-valued options are not rendered) and the same text."""
+    from confluent_kafka.schema_registry.protobuf import _schema_to_str
+
+    from loglake.schemas.parse import file_descriptor_set
+
+    module = importlib.import_module(f"google.protobuf.{stem}_pb2")
+    serialized = parse("PROTOBUF", _schema_to_str(module.DESCRIPTOR))
+    compiled = parse("PROTOBUF", to_text(serialized))
+    assert compiled.canonical == serialized.canonical
+    if stem != "descriptor":
+        assert (_without_json_names(file_descriptor_set(compiled).file[-1])
+                == _without_json_names(file_descriptor_set(serialized).file[-1]))
+
+
+_NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True)
+_AVRO_LEAF = st.sampled_from(["int", "long", "float", "double", "boolean", "string", "bytes"])
+
+
+@st.composite
+def _avro_records(draw: st.DrawFn, depth: int = 0) -> dict[str, object]:
+    names = draw(st.lists(_NAMES, min_size=1, max_size=5, unique=True))
+    fields: list[dict[str, object]] = []
+    for name in names:
+        kind = draw(st.sampled_from(["leaf", "array", "nullable"] + (["record"] if depth < 2
+                                                                     else [])))
+        leaf = draw(_AVRO_LEAF)
+        if kind == "leaf":
+            fields.append({"name": name, "type": leaf})
+        elif kind == "array":
+            fields.append({"name": name, "type": {"type": "array", "items": leaf}})
+        elif kind == "nullable":
+            fields.append({"name": name, "type": ["null", leaf], "default": None})
+        else:
+            nested = draw(_avro_records(depth + 1))
+            fields.append({"name": name, "type": {**nested, "name": f"N{depth}{name}"}})
+    return {"type": "record", "name": f"R{depth}", "namespace": "ns", "fields": fields}
+
+
+def _shuffled_dump(node: object, rnd: Callable[[Any], Any]) -> object:
+    if isinstance(node, dict):
+        keys = rnd(st.permutations(list(node)))
+        return {k: _shuffled_dump(node[k], rnd) for k in keys}
+    if isinstance(node, list):
+        return [_shuffled_dump(v, rnd) for v in node]
+    return node
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=_avro_records(), data=st.data(), indent=st.sampled_from([None, 1, 4]))
+def test_avro_property_canonical_and_evolution(record: dict[str, object], data: st.DataObject,
+                                               indent: int | None) -> None:
+    text = json.dumps(record)
+    parsed = parse("AVRO", text)
+    respelled = parse("AVRO", json.dumps(_shuffled_dump(record, data.draw), indent=indent))
+    assert respelled.canonical == parsed.canonical
+    assert check_compatibility(parsed, [respelled], "FULL_TRANSITIVE") == []
+    fields = list(record["fields"])  # type: ignore[call-overload]
+    with_default = {**record, "fields": [*fields, {"name": "zz_new", "type": "long",
+                                                   "default": 0}]}
+    without_default = {**record, "fields": [*fields, {"name": "zz_new", "type": "long"}]}
+    assert check_compatibility(parse("AVRO", json.dumps(with_default)), [parsed], "FULL") == []
+    assert not is_compatible(parse("AVRO", json.dumps(without_default)), [parsed], "BACKWARD")
+    assert is_compatible(parse("AVRO", json.dumps(without_default)), [parsed], "FORWARD")
+
+
+_PROTO_SCALARS = st.sampled_from(["int32", "int64", "uint32", "uint64", "sint32", "sint64",
+                                  "fixed32", "fixed64", "sfixed32", "sfixed64", "bool",
+                                  "string", "bytes", "float", "double"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fields=st.lists(st.tuples(_NAMES, _PROTO_SCALARS, st.sampled_from(["", "repeated ",
+                                                                         "optional "])),
+                       min_size=1, max_size=8, unique_by=lambda f: f[0]),
+       map_value=_PROTO_SCALARS)
+def test_protobuf_property_text_and_serialized_forms_agree(
+        fields: list[tuple[str, str, str]], map_value: str) -> None:
+    body = "\n".join(f"  {label}{kind} {name} = {i + 1};"
+                     for i, (name, kind, label) in enumerate(fields))
+    text = (f'syntax = "proto3";\npackage gen;\nmessage M {{\n{body}\n'
+            f"  map<string, {map_value}> zz_map = 100;\n  message Sub {{ M back = 1; }}\n}}\n")
+    parsed = parse("PROTOBUF", text)
+    serialized = parse("PROTOBUF", to_serialized(parsed))
+    assert serialized.canonical == parsed.canonical
+    assert parse("PROTOBUF", parsed.canonical).canonical == parsed.canonical
+    assert check_compatibility(serialized, [parsed], "FULL_TRANSITIVE") == []
+    cls = message_class(parsed)
+    assert [f.name for f in cls.DESCRIPTOR.fields][:len(fields)] == [f[0] for f in fields]

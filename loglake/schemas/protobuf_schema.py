@@ -19,9 +19,10 @@ A reference's own imports must be in the same mapping (see parse.resolve_referen
 
 Rendering (:func:`to_text`) writes type names fully qualified (``.pkg.Msg``), maps as
 ``map<K, V>``, proto3 ``optional`` from synthetic oneofs, reserved ranges and names, enum
-aliases, services, proto2 defaults and extension ranges, and file/message/field options that
-are plain scalars. Groups and editions are refused (InvalidSchemaError). The rendering is
-deterministic, so it is also the canonical text.
+aliases, services, proto2 defaults and extension ranges, and the standard file/message/field/enum
+options whose values are scalars or enums (repeated ones too); message-valued and custom
+(extension) options are dropped. Groups and editions are refused (InvalidSchemaError). The
+rendering is deterministic, so it is also the canonical text.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def _from_serialized(file: descriptor_pb2.FileDescriptorProto,
     if not file.name:
         file.name = _main_name(known)
     out = descriptor_pb2.FileDescriptorSet()
-    out.file.extend([*_well_known(file, deps), *deps, file])
+    out.file.extend([*_well_known([*deps, file], known), *deps, file])
     _check_supported(file)
     try:
         build_pool(out)
@@ -110,23 +111,32 @@ def _from_serialized(file: descriptor_pb2.FileDescriptorProto,
     return out
 
 
-def _well_known(*files: Any) -> list[descriptor_pb2.FileDescriptorProto]:
+def _well_known(files: Sequence[descriptor_pb2.FileDescriptorProto], provided: set[str]
+                ) -> list[descriptor_pb2.FileDescriptorProto]:
+    """The well-known files ``files`` import, transitively and dependencies first, except
+    those ``provided`` (given as references)."""
     out: list[descriptor_pb2.FileDescriptorProto] = []
-    seen: set[str] = set()
+    seen = set(provided)
+
+    def add(name: str) -> None:
+        if name in seen or not name.startswith(WELL_KNOWN_PREFIX):
+            return
+        seen.add(name)
+        stem = name[len(WELL_KNOWN_PREFIX):].removesuffix(".proto")
+        try:
+            module = importlib.import_module(f"google.protobuf.{stem}_pb2")
+            descriptor = module.DESCRIPTOR
+        except (ImportError, AttributeError):
+            raise InvalidSchemaError(f"Invalid schema: unknown import {name!r}") from None
+        proto = descriptor_pb2.FileDescriptorProto()
+        descriptor.CopyToProto(proto)
+        for dep in proto.dependency:
+            add(dep)
+        out.append(proto)
+
     for file in files:
-        deps = file.dependency if not isinstance(file, list) else []
-        for dep in deps:
-            if dep.startswith(WELL_KNOWN_PREFIX) and dep not in seen:
-                seen.add(dep)
-                stem = dep[len(WELL_KNOWN_PREFIX):].removesuffix(".proto")
-                try:
-                    module = importlib.import_module(f"google.protobuf.{stem}_pb2")
-                    fd = module.DESCRIPTOR
-                except (ImportError, AttributeError):
-                    raise InvalidSchemaError(f"Invalid schema: unknown import {dep!r}") from None
-                proto = descriptor_pb2.FileDescriptorProto()
-                fd.CopyToProto(proto)
-                out.append(proto)
+        for dep in file.dependency:
+            add(dep)
     return out
 
 
@@ -342,16 +352,13 @@ def _literal(value: Any) -> str:
 def _option_pairs(options: Any) -> list[tuple[str, str]]:
     pairs = []
     for field, value in options.ListFields():
-        if field.is_extension or _is_repeated(field):
+        if field.is_extension or field.type == field.TYPE_MESSAGE or field.name == "map_entry":
             continue
-        if field.type == field.TYPE_MESSAGE:
-            continue
-        if field.name in ("map_entry",):
-            continue
-        if field.enum_type is not None:
-            pairs.append((field.name, field.enum_type.values_by_number[value].name))
-        else:
-            pairs.append((field.name, _literal(value)))
+        for item in value if _is_repeated(field) else [value]:
+            if field.enum_type is not None:
+                pairs.append((field.name, field.enum_type.values_by_number[item].name))
+            else:
+                pairs.append((field.name, _literal(item)))
     return pairs
 
 
