@@ -32,8 +32,11 @@ import pyarrow as pa
 
 from loglake.schemas.column_mapping import (
     AS_JSON_TEXT,
+    JSON_TEXT,
     MAX_DEPTH,
     Mapped,
+    from_json_text,
+    json_text,
     list_of,
     map_of,
     struct_of,
@@ -65,6 +68,21 @@ def _time_of_micros(value: Any) -> Any:
     minutes, second = divmod(seconds, 60)
     hour, minute = divmod(minutes, 60)
     return datetime.time(hour, minute, second, micros)
+
+
+def _without_record_names(value: Any) -> Any:
+    """fastavro's value with the ``(record name, record)`` pairs of unions unwrapped."""
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        return _without_record_names(value[1])
+    if isinstance(value, dict):
+        return {k: _without_record_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_record_names(v) for v in value]
+    return value
+
+
+_AS_JSON_WITHOUT_NAMES = Mapped(JSON_TEXT, lambda value: json_text(_without_record_names(value)),
+                                from_json_text)
 
 
 def _resolve(schema: Any, named: Mapping[str, Any]) -> Any:
@@ -150,7 +168,7 @@ class _Mapper:
         if kind in ("record", "error"):
             name = str(schema["name"])
             if name in parents:
-                return AS_JSON_TEXT
+                return _AS_JSON_WITHOUT_NAMES if self.record_names else AS_JSON_TEXT
             return struct_of([(str(f["name"]), self.map(f["type"], (*parents, name), depth + 1))
                               for f in schema.get("fields", ())])
         if kind == "enum":

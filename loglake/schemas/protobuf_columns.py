@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -115,6 +116,12 @@ def _duration_json(value: Any) -> Any:
     return duration.ToJsonString()
 
 
+def _float_json(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
 def _bytes_json(value: Any) -> Any:
     return None if value is None else base64.b64encode(bytes(value)).decode("ascii")
 
@@ -167,7 +174,7 @@ def _scalar(field: FieldDescriptor) -> Mapped:
     if kind in _UNSIGNED_64:
         return Mapped(pa.int64(), _wrap_u64, _unwrap_u64)
     if kind in (_FD.TYPE_DOUBLE, _FD.TYPE_FLOAT):
-        return Mapped(pa.float64())
+        return Mapped(pa.float64(), None, _float_json)
     if kind == _FD.TYPE_BOOL:
         return Mapped(pa.bool_())
     if kind == _FD.TYPE_STRING:

@@ -19,9 +19,14 @@ from typing import NamedTuple, Protocol
 class SchemaTopicConfig(Protocol):
     """The topic config fields this reads (config.TopicConfig has them)."""
 
-    value_schema_subject: str
-    key_schema_subject: str
-    schema_columns_enable: bool
+    @property
+    def value_schema_subject(self) -> str: ...
+
+    @property
+    def key_schema_subject(self) -> str: ...
+
+    @property
+    def schema_columns_enable(self) -> bool: ...
 
 
 class TypedSides(NamedTuple):
