@@ -39,7 +39,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from loglake.client import schema_registry, security
 from loglake.client.schema_registry import RegistrySettings, SchemaRegistryRequestError
@@ -141,23 +141,23 @@ def settings_from_args(args: argparse.Namespace) -> RegistrySettings:
 # -- handlers ----------------------------------------------------------------------------------
 
 
-def list_subjects(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
+def list_subjects(args: argparse.Namespace) -> int:
     names = _call(args, "listing subjects",
                   lambda c: c.get_subjects(subject_prefix=args.prefix, deleted=args.deleted))
     for name in names:
-        print(name, file=out)
+        print(name, file=sys.stdout)
     return 0
 
 
-def list_versions(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
+def list_versions(args: argparse.Namespace) -> int:
     numbers = _call(args, f"listing the versions of {args.subject!r}",
                     lambda c: c.get_versions(args.subject, deleted=args.deleted))
     for number in numbers:
-        print(number, file=out)
+        print(number, file=sys.stdout)
     return 0
 
 
-def get_schema(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
+def get_schema(args: argparse.Namespace) -> int:
     if args.schema_id is not None:
         if args.subject is not None:
             raise ValueError("give a subject or --id, not both")
@@ -173,41 +173,40 @@ def get_schema(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
         document = {"subject": registered.subject, "version": registered.version,
                     "id": registered.schema_id}
     if args.format == "text":
-        print(schema.schema_str, file=out)
+        print(schema.schema_str, file=sys.stdout)
         return 0
     document.update({"schemaType": schema.schema_type or "AVRO", "schema": schema.schema_str,
                      "references": [{"name": r.name, "subject": r.subject,
                                      "version": r.version} for r in schema.references or ()]})
-    print(json.dumps(document), file=out)
+    print(json.dumps(document), file=sys.stdout)
     return 0
 
 
-def register_schema(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
+def register_schema(args: argparse.Namespace) -> int:
     schema = _schema_of(args)
     schema_id = _call(args, f"registering a schema under {args.subject!r}",
                       lambda c: c.register_schema(args.subject, schema,
                                                   normalize_schemas=args.normalize))
-    print(schema_id, file=out)
+    print(schema_id, file=sys.stdout)
     return 0
 
 
-def check_schema(args: argparse.Namespace, out: IO[str] = sys.stdout,
-                 err: IO[str] = sys.stderr) -> int:
+def check_schema(args: argparse.Namespace) -> int:
     schema = _schema_of(args)
     version = "" if args.all_versions else f"/{args.version}"
     path = f"compatibility/subjects/{_quote(args.subject)}/versions{version}?verbose=true"
     answer = _call(args, f"checking a schema against {args.subject!r}",
                    lambda c: c._rest_client.post(path, body=schema.to_dict()))
     if answer.get("is_compatible"):
-        print("compatible", file=out)
+        print("compatible", file=sys.stdout)
         return 0
-    print("incompatible", file=out)
+    print("incompatible", file=sys.stdout)
     for message in answer.get("messages") or ():
-        print(f"  {message}", file=err)
+        print(f"  {message}", file=sys.stderr)
     return EXIT_INCOMPATIBLE
 
 
-def delete_schema(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
+def delete_schema(args: argparse.Namespace) -> int:
     if args.version is None:
         deleted = _call(args, f"deleting subject {args.subject!r}",
                         lambda c: c.delete_subject(args.subject, permanent=args.permanent))
@@ -218,24 +217,33 @@ def delete_schema(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
         deleted = [_call(args, what, lambda c: c.delete_version(
             args.subject, number, permanent=args.permanent))]
     for number in deleted:
-        print(number, file=out)
+        print(number, file=sys.stdout)
     return 0
 
 
-def config_command(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
+def config_command(args: argparse.Namespace) -> int:
     where = f"subject {args.subject!r}" if args.subject else "the global config"
     if args.level is not None:
         level = _call(args, f"setting the compatibility of {where}",
                       lambda c: c.set_compatibility(args.subject, args.level))
     elif args.delete:
-        conf = _call(args, f"deleting the compatibility of {where}",
-                     lambda c: c.delete_config(args.subject))
-        level = getattr(conf, "compatibility", None) or getattr(conf, "compatibility_level", "")
+        level = _call(args, f"deleting the compatibility of {where}",
+                      lambda c: c.delete_config(args.subject))
     else:
         level = _call(args, f"getting the compatibility of {where}",
                       lambda c: c.get_compatibility(args.subject))
-    print(str(getattr(level, "value", level)), file=out)
+    print(_level_name(level), file=sys.stdout)
     return 0
+
+
+def _level_name(answer: Any) -> str:
+    """The level in whichever shape the registry client returns it (a string, an enum, a
+    ``{"compatibility": ...}`` mapping, a ServerConfig)."""
+    if isinstance(answer, dict):
+        answer = answer.get("compatibility") or answer.get("compatibilityLevel") or ""
+    answer = getattr(answer, "compatibility", None) or getattr(
+        answer, "compatibility_level", None) or answer
+    return str(getattr(answer, "value", answer))
 
 
 # -- helpers -----------------------------------------------------------------------------------
