@@ -3,8 +3,9 @@
 
 In-process: the framing rule, the subject rule and the id cache (stale-while-revalidate,
 unknown ids re-read at a bounded rate, ZooKeeper away). Live: a real broker with schemas
-registered in the cluster's ZooKeeper store; confluent-kafka producers (raw and framed bytes),
-raw Produce v9 for the exact code, message and
+registered in the cluster's ZooKeeper store (and, once, through ``loglake registry`` by
+confluent-kafka's own AvroSerializer); confluent-kafka producers (raw and framed bytes), raw
+Produce v9 for the exact code, message and
 ``record_errors``; other topics unaffected; the config toggled with AlterConfigs at run time.
 """
 
@@ -35,7 +36,7 @@ from loglake.broker.schema_validation import (
 from loglake.catalog.schemas import SchemaStore
 from loglake.catalog.zookeeper import ZooKeeperUnavailableError
 from loglake.config import TopicConfig
-from loglake.dev.harness import wait_until
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.errors import InvalidRecordError
 from loglake.segments.records import Record, encode_batch
 from tests.admin_util import create_topic
@@ -336,3 +337,30 @@ def test_key_validation_on_a_live_broker(cluster: Any, store: SchemaStore,
     refused = produce_raw(bootstrap, topic_name, batch([(b"plain-key", b"v")]))
     assert refused.error_code == ErrorCode.invalid_record
     assert "key is not framed" in refused.record_errors[0].batch_index_error_message
+
+
+def test_confluent_serializer_accepted_and_plain_producer_refused(
+        tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> None:
+    """confluent-kafka's own AvroSerializer (registering through ``loglake registry``) passes
+    validation; the same producer without the serializer gets INVALID_RECORD."""
+    from confluent_kafka import SerializingProducer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+
+    data = tmp_path_factory.mktemp("validation-registry")
+    with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts, registry=True) as dev:
+        topic = f"validated-{uuid.uuid4().hex[:8]}"
+        create_topic(dev.bootstrap_servers, topic,
+                     config={"confluent.value.schema.validation": "true"})
+        serializer = AvroSerializer(SchemaRegistryClient(dev.registry_config()), AVRO_CLICK)
+        producer = SerializingProducer({"bootstrap.servers": dev.bootstrap_servers,
+                                        "value.serializer": serializer, "linger.ms": 0})
+        outcomes: dict[int, int | None] = {}
+        for i in range(3):
+            producer.produce(topic, value={"user_id": i, "page": "/"}, partition=0,
+                             on_delivery=functools.partial(_delivered, outcomes, i))
+        assert producer.flush(30) == 0
+        assert outcomes == {0: None, 1: None, 2: None}
+        assert produce(dev.bootstrap_servers, topic, [b'{"user_id": 3, "page": "/"}']) == [
+            INVALID]
+        assert end_offset(dev.bootstrap_servers, topic) == 3
