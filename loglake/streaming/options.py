@@ -52,6 +52,20 @@ Names and meanings follow Spark's Kafka source and sink (option names are case-i
 ``topic``                      sink: the topic of every row (wins over the ``topic`` column)
 ``deliveryGuarantee``          sink: ``at-least-once`` (default, as Spark's Kafka sink) |
                                ``exactly-once`` (transactional writes; see streaming/sink.py)
+``valueFormat``, ``keyFormat`` reads: ``binary`` (default: Spark's Kafka schema) | ``registry``:
+                               decode the side by each record's Confluent schema id into a
+                               typed ``value`` (``key``) column, plus ``value_bytes``,
+                               ``value_schema_id``, ``value_error`` (streaming/typed_read.py);
+                               needs ``zookeeper`` (the schemas are read from the cluster's
+                               schema store)
+``valueSchema.subject``,       reads with ``registry``: the subject whose versions define the
+``keySchema.subject``          column type (default: the topic's ``value.schema.subject`` /
+                               ``<topic>-value``); sink: serialize the ``value`` (``key``)
+                               column, a struct or a primitive, with this subject's schema
+                               into Confluent framing (streaming/typed_write.py); needs
+                               ``zookeeper``
+``valueSchema.version``,       sink: the subject version to serialize with (default: latest)
+``keySchema.version``
 =============================  =================================================================
 
 Isolation: reads see committed data only by default. The tier (the topic's Delta table) holds
@@ -147,6 +161,21 @@ class OffsetSpec:
 
 
 @dataclass(frozen=True)
+class SideSchemaOption:
+    """The schema options of one side (``key`` or ``value``) of a read or write."""
+
+    side: Literal["key", "value"]
+    registry: bool = False
+    """reads: ``<side>Format=registry`` (decode into typed columns)."""
+    subject: str | None = None
+    """``<side>Schema.subject``: reads, the subject defining the column type (None: the
+    topic's own); writes, the subject whose schema serializes the column."""
+    version: int | None = None
+    """writes: ``<side>Schema.version`` (None: the subject's latest version)."""
+    write: bool = False
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     """Validated options of one ``format("loglake")`` read or write."""
 
@@ -182,6 +211,15 @@ class SourceOptions:
     as_of_offsets: Mapping[TopicPartition, int] | None = None
     """batch: ``loglake.asOfOffsets``, the records below these offsets as the table held them
     when they were tiered (streaming/offset_versions.py)."""
+    value_schema: SideSchemaOption = field(default_factory=lambda: SideSchemaOption("value"))
+    """``valueFormat`` / ``valueSchema.*``: how values are decoded (reads) or encoded (writes)."""
+    key_schema: SideSchemaOption = field(default_factory=lambda: SideSchemaOption("key"))
+    """``keyFormat`` / ``keySchema.*`` likewise for keys."""
+
+    def schema_sides(self) -> tuple[SideSchemaOption, ...]:
+        """The sides read typed (``registry``) or written with a schema, key first."""
+        return tuple(side for side in (self.key_schema, self.value_schema)
+                     if side.registry or (side.subject is not None and side.write))
 
 
 def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
@@ -265,6 +303,8 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         raise SourceOptionError(
             f"option 'deliveryGuarantee' must be at-least-once or exactly-once, and is only "
             f"for writes, got {opts['deliveryguarantee']!r}")
+    value_schema = _side_schema(opts, "value", mode, zookeeper)
+    key_schema = _side_schema(opts, "key", mode, zookeeper)
     return SourceOptions(
         bootstrap_servers=bootstrap,
         zookeeper=zookeeper,
@@ -289,7 +329,61 @@ def parse_options(options: Mapping[str, str], mode: Mode) -> SourceOptions:
         security=security,
         storage_options=storage_options,
         as_of_offsets=as_of,
+        value_schema=value_schema,
+        key_schema=key_schema,
     )
+
+
+def _side_schema(opts: Mapping[str, str], side: Literal["key", "value"], mode: Mode,
+                 zookeeper: str | None) -> SideSchemaOption:
+    """``<side>Format`` / ``<side>Schema.subject`` / ``<side>Schema.version``, validated."""
+    format_key, subject_key, version_key = (f"{side}format", f"{side}schema.subject",
+                                            f"{side}schema.version")
+    fmt = opts.get(format_key, "").strip().lower()
+    subject = opts.get(subject_key, "").strip() or None
+    raw_version = opts.get(version_key, "").strip()
+    spelled = {format_key: f"{side}Format", subject_key: f"{side}Schema.subject",
+               version_key: f"{side}Schema.version"}
+    if mode == "write":
+        if fmt:
+            raise SourceOptionError(
+                f"option {spelled[format_key]!r} is only for reads; a write serializes with "
+                f"{spelled[subject_key]!r}")
+        version = None
+        if raw_version:
+            if subject is None:
+                raise SourceOptionError(
+                    f"option {spelled[version_key]!r} needs {spelled[subject_key]!r}")
+            if raw_version.lower() != "latest":
+                try:
+                    version = int(raw_version)
+                except ValueError:
+                    version = 0
+                if version <= 0:
+                    raise SourceOptionError(
+                        f"option {spelled[version_key]!r} must be a positive version number "
+                        f"or latest, got {raw_version!r}")
+        if subject is not None and zookeeper is None:
+            raise SourceOptionError(
+                f"option {spelled[subject_key]!r} needs the 'zookeeper' option (the schema "
+                f"is read from the cluster's schema store)")
+        return SideSchemaOption(side, subject=subject, version=version, write=True)
+    if fmt not in ("", "binary", "registry"):
+        raise SourceOptionError(
+            f"option {spelled[format_key]!r} must be binary or registry, got "
+            f"{opts[format_key]!r}")
+    if raw_version:
+        raise SourceOptionError(f"option {spelled[version_key]!r} is only for writes")
+    registry = fmt == "registry"
+    if subject is not None and not registry:
+        raise SourceOptionError(
+            f"option {spelled[subject_key]!r} needs {spelled[format_key]}=registry")
+    if registry and zookeeper is None:
+        raise SourceOptionError(
+            f"option {spelled[format_key]}=registry needs the 'zookeeper' option (the "
+            f"schemas are read from the cluster's schema store)",
+            hint="e.g. .option('zookeeper', 'localhost:2181/loglake')")
+    return SideSchemaOption(side, registry=registry, subject=subject)
 
 
 _SPELLING = {

@@ -49,6 +49,7 @@ from loglake.streaming.schema import ARROW_HEADERS_TYPE, ARROW_TIMESTAMP_TYPE, a
 if TYPE_CHECKING:
     from loglake.segments.storage import Storage
     from loglake.streaming.offsets import TierSnapshot
+    from loglake.streaming.typed_read import TypedColumns
 
 BATCH_ROWS = 8192
 """Rows per Arrow batch handed to Spark from the broker side."""
@@ -80,6 +81,10 @@ class ReadContext:
     bootstrap_servers: str
     storage: Storage | None
     options: SourceOptions
+    typed: TypedColumns | None = None
+    """Typed sides (``valueFormat=registry``, streaming/typed_read.py): decoded per batch."""
+    typed_schema: pa.Schema | None = None
+    """The Arrow schema Spark expects when ``typed`` is set."""
 
 
 def plan_ranges(starts: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int],
@@ -133,11 +138,21 @@ def _split(ranges: list[OffsetRange], wanted: int,
 
 
 def read_range(piece: OffsetRange, context: ReadContext) -> Iterator[pa.RecordBatch]:
-    """The records of ``piece`` in offset order as Arrow batches (Kafka source schema)."""
-    if piece.from_tier:
-        yield from _read_tier(piece, context)
-    else:
-        yield from _read_brokers(piece, context)
+    """The records of ``piece`` in offset order as Arrow batches (Kafka source schema; with
+    ``context.typed``, the typed schema of streaming/typed_read.py)."""
+    batches = _read_tier(piece, context) if piece.from_tier else _read_brokers(piece, context)
+    if context.typed is None:
+        yield from batches
+        return
+    from loglake.streaming.typed_read import StoreFallback, typed_batch
+
+    assert context.typed_schema is not None
+    source = StoreFallback(context.typed.schemas, context.typed.zookeeper)
+    try:
+        for batch in batches:
+            yield typed_batch(batch, context.typed, source, context.typed_schema)
+    finally:
+        source.close()
 
 
 # -- tier -------------------------------------------------------------------------------------

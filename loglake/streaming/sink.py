@@ -11,6 +11,10 @@ Input columns, as Spark's Kafka sink takes them (other columns are ignored):
 ``headers``     optional ``array<struct<key: string, value: binary>>``
 ==============  ===========================================================================
 
+With ``valueSchema.subject`` (``keySchema.subject``) the ``value`` (``key``) column may have any
+type the subject's schema maps to (a struct for a record) and is serialized with that schema
+into Confluent's wire format (streaming/typed_write.py).
+
 Delivery guarantee (option ``deliveryGuarantee``):
 
 * ``at-least-once`` (default): each task produces its rows with one idempotent ``acks=all``
@@ -62,6 +66,7 @@ from loglake.streaming.options import SourceOptions
 
 if TYPE_CHECKING:
     from loglake.client.producer import Producer
+    from loglake.streaming.typed_write import SchemaWriter
 
 FLUSH_TIMEOUT_S = 120.0
 
@@ -83,6 +88,8 @@ class SinkLayout:
     has_topic: bool
     has_partition: bool
     has_headers: bool
+    writers: tuple[SchemaWriter, ...] = ()
+    """Sides serialized with a registered schema (``<side>Schema.subject``)."""
 
 
 def _is_headers(data_type: DataType) -> bool:
@@ -94,15 +101,20 @@ def _is_headers(data_type: DataType) -> bool:
 
 
 def sink_layout(options: SourceOptions, schema: StructType) -> SinkLayout:
-    """Check ``schema`` against the sink's column rules; raise :class:`SourceOptionError`."""
+    """Check ``schema`` against the sink's column rules; raise :class:`SourceOptionError`.
+    Resolves the schemas of ``<side>Schema.subject`` (ZooKeeper) when given."""
     fields = {f.name: f.dataType for f in schema.fields}
     text_or_bytes = (StringType, BinaryType)
+    typed = {side.side for side in (options.key_schema, options.value_schema)
+             if side.subject is not None}
     if "value" not in fields:
         raise SourceOptionError("writing to loglake needs a 'value' column (string or binary)")
-    if not isinstance(fields["value"], text_or_bytes):
+    if "value" not in typed and not isinstance(fields["value"], text_or_bytes):
         raise SourceOptionError(f"column 'value' must be string or binary, "
-                                f"got {fields['value'].simpleString()}")
-    if "key" in fields and not isinstance(fields["key"], text_or_bytes):
+                                f"got {fields['value'].simpleString()}",
+                                hint="or serialize it with a registered schema: option "
+                                "'valueSchema.subject'")
+    if "key" in fields and "key" not in typed and not isinstance(fields["key"], text_or_bytes):
         raise SourceOptionError(f"column 'key' must be string or binary, "
                                 f"got {fields['key'].simpleString()}")
     if options.sink_topic is None:
@@ -118,8 +130,13 @@ def sink_layout(options: SourceOptions, schema: StructType) -> SinkLayout:
     if "headers" in fields and not _is_headers(fields["headers"]):
         raise SourceOptionError(f"column 'headers' must be array<struct<key: string, "
                                 f"value: binary>>, got {fields['headers'].simpleString()}")
+    writers: tuple[SchemaWriter, ...] = ()
+    if typed:
+        from loglake.streaming.typed_write import resolve_writers
+
+        writers = resolve_writers(options)
     return SinkLayout("key" in fields, "topic" in fields, "partition" in fields,
-                      "headers" in fields)
+                      "headers" in fields, writers)
 
 
 def produce(batches: Iterator[pa.RecordBatch], *, bootstrap: str, options: SourceOptions,
@@ -155,6 +172,10 @@ def send_rows(producer: Producer, batches: Iterator[pa.RecordBatch], *,
 
     rows = 0
     for batch in batches:
+        if layout.writers:
+            from loglake.streaming.typed_write import encode_batch
+
+            batch = encode_batch(batch, layout.writers, rows)
         columns: dict[str, list[Any]] = {
             name: batch.column(name).to_pylist()
             for name in ("value", "key", "topic", "partition", "headers")

@@ -41,7 +41,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -81,6 +81,9 @@ from loglake.streaming.options import SourceOptions, TopicPartition, parse_optio
 from loglake.streaming.ranges import OffsetRange, ReadContext, plan_ranges, read_range
 from loglake.streaming.schema import spark_schema
 
+if TYPE_CHECKING:
+    from loglake.streaming.typed_read import TypedColumns
+
 SHORT_NAME = "loglake"
 
 
@@ -107,13 +110,19 @@ class LoglakeDataSource(DataSource):
 
     def schema(self) -> StructType:
         raw = str(self.options.get("includeHeaders", "false")).strip().lower()
-        return spark_schema(raw == "true")
+        base = spark_schema(raw == "true")
+        if not _decodes(self.options):
+            return base
+        from loglake.streaming.typed_read import typed_spark_schema
+
+        typed = _typed_columns(parse_options(_schema_options(self.options), "batch"))
+        return typed_spark_schema(base, typed)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(parse_options(self.options, "batch"))
+        return BatchReader(parse_options(self.options, "batch"), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(parse_options(self.options, "stream"))
+        return StreamReader(parse_options(self.options, "stream"), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from loglake.streaming.sink import batch_writer
@@ -126,11 +135,69 @@ class LoglakeDataSource(DataSource):
         return stream_writer(parse_options(self.options, "write"), schema)
 
 
+# -- typed sides (valueFormat / keyFormat = registry: streaming/typed_read.py) ------------------
+
+_OFFSET_OPTION_PREFIXES = ("starting", "ending", "maxoffsetspertrigger", "minoffsetspertrigger",
+                           "maxtriggerdelay", "loglake.asofoffsets")
+
+
+def _decodes(options: Mapping[str, str]) -> bool:
+    """Whether the options ask for a typed side (checked before any parsing)."""
+    return any(str(k).lower() in ("valueformat", "keyformat")
+               and str(v).strip().lower() == "registry" for k, v in options.items()
+               if v is not None)
+
+
+def _schema_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The options that decide the row schema (offsets, which batch and stream validate
+    differently, are checked when the reader is made)."""
+    return {k: v for k, v in options.items()
+            if not str(k).lower().startswith(_OFFSET_OPTION_PREFIXES)}
+
+
+def _typed_columns(options: SourceOptions) -> TypedColumns:
+    """The typed sides of a read, types computed from the cluster (driver)."""
+    from loglake.streaming.typed_read import resolve
+
+    assert options.subscription is not None
+    view = ClusterView(options)
+    try:
+        topics = sorted({t for t, _ in view.topic_partitions(options.subscription)})
+        if not topics:
+            raise SourceOptionError(
+                "a read with valueFormat/keyFormat=registry needs its topics to exist: no "
+                "topic matches the subscription")
+        catalog = view.catalog()
+        assert catalog is not None  # the options need zookeeper for registry
+        typed = resolve(catalog, view.storage(), topics, options)
+        assert typed is not None
+        return typed
+    finally:
+        view.close()
+
+
+def _typed_context(view: ClusterView, schema: StructType | None, options: SourceOptions,
+                   topics: Iterable[str]) -> tuple[TypedColumns | None, pa.Schema | None]:
+    """The typed sides for the tasks of one planning step: the types from ``schema`` (as
+    Spark fixed them) and a snapshot of the subjects' schemas taken now."""
+    from loglake.streaming.typed_read import from_schema, typed_arrow_schema, with_snapshot
+
+    if schema is None:
+        return None, None
+    typed = from_schema(schema, options)
+    if typed is None:
+        return None, None
+    catalog = view.catalog()
+    assert catalog is not None
+    return with_snapshot(typed, catalog, topics), typed_arrow_schema(schema)
+
+
 # -- planning shared by batch and stream --------------------------------------------------------
 
 
 def plan(view: ClusterView, starts: PartitionOffsets, ends: PartitionOffsets,
-         options: SourceOptions, *, what: str) -> list[RangePartition]:
+         options: SourceOptions, *, what: str,
+         schema: StructType | None = None) -> list[RangePartition]:
     """Input partitions reading ``[starts[tp], ends[tp])`` (missing start: earliest)."""
     partitions = sorted(ends)
     earliest = view.list_offsets(partitions, "earliest") if partitions else {}
@@ -148,7 +215,9 @@ def plan(view: ClusterView, starts: PartitionOffsets, ends: PartitionOffsets,
         by_topic.setdefault(topic, []).append(partition)
     snapshots = {topic: view.tier_snapshot(topic, numbers) for topic, numbers in by_topic.items()}
     ranges = plan_ranges(starts, ends, snapshots, min_partitions=options.min_partitions)
-    context = ReadContext(view.bootstrap_servers(), view.storage(), options)
+    typed, typed_schema = _typed_context(view, schema, options, by_topic)
+    context = ReadContext(view.bootstrap_servers(), view.storage(), options, typed,
+                          typed_schema)
     return [RangePartition(r, context) for r in ranges]
 
 
@@ -190,8 +259,9 @@ def _timestamp_ms(value: object) -> int | None:
 class BatchReader(DataSourceReader):
     """``spark.read.format("loglake")``: one input partition per offset range."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType | None = None) -> None:
         self.options = options
+        self.schema = schema
         self.pushed = PushedFilters()
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
@@ -256,7 +326,8 @@ class BatchReader(DataSourceReader):
                                    for t, p in backwards)
                 raise SourceOptionError(f"startingOffsets is past endingOffsets in {listed}")
             starts, ends = self._narrow(view, starts, ends)
-            return list(plan(view, starts, ends, options, what="startingOffsets"))
+            return list(plan(view, starts, ends, options, what="startingOffsets",
+                             schema=self.schema))
         finally:
             view.close()
 
@@ -274,7 +345,10 @@ class BatchReader(DataSourceReader):
                         view.list_offsets(tps, "earliest"),
                         fail=self.options.fail_on_data_loss, what="loglake.asOfOffsets")
         ranges = plan_ranges(starts, ends, snapshots, min_partitions=self.options.min_partitions)
-        context = ReadContext(view.bootstrap_servers(), view.storage(), self.options)
+        typed, typed_schema = _typed_context(view, self.schema, self.options,
+                                             {t for t, _ in tps})
+        context = ReadContext(view.bootstrap_servers(), view.storage(), self.options, typed,
+                              typed_schema)
         return [RangePartition(r, context) for r in ranges]
 
     def _narrow(self, view: ClusterView, starts: PartitionOffsets,
@@ -300,8 +374,9 @@ class BatchReader(DataSourceReader):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("loglake")`` (micro-batches; see the module docstring)."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType | None = None) -> None:
         self.options = options
+        self.schema = schema
         self._view: ClusterView | None = None
         self._last_batch = time.monotonic()
         self._target: PartitionOffsets | None = None
@@ -388,7 +463,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         until = from_json_offsets(end)
         starts = {tp: o for tp, o in begin.items() if tp in until}
         return list(plan(self._cluster(), starts, until, self.options,
-                         what="the stream's next offsets"))
+                         what="the stream's next offsets", schema=self.schema))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)

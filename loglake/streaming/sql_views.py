@@ -100,6 +100,7 @@ def register_topics(
     storage_options: Mapping[str, str] | None = None,
     isolation_level: IsolationLevel = "read_committed",
     kafka_options: Mapping[str, str] | None = None,
+    schema_columns: bool = True,
 ) -> list[str]:
     """Create or replace a temporary view per topic (all topics, or ``topics``) named after the
     topic; return the names registered. ``isolation_level``: what the hot tail shows (module
@@ -108,7 +109,8 @@ def register_topics(
     the storage options the brokers published, which never hold secrets. ``kafka_options``:
     Kafka client properties for the brokers (``security.protocol``, ``sasl.jaas.config``,
     ``ssl.truststore.location``, ...; with or without Spark's ``kafka.`` prefix), given to
-    every hot-tail read."""
+    every hot-tail read. ``schema_columns``: topics with a key/value schema subject get typed
+    columns (module docstring; False: every view has Kafka's binary columns)."""
     from loglake.streaming import register
 
     register(spark)
@@ -122,7 +124,8 @@ def register_topics(
             frame = _topic_frame(spark, view, name, zookeeper=zookeeper,
                                  bootstrap_servers=bootstrap_servers,
                                  include_headers=include_headers, tier_read=tier_read,
-                                 isolation_level=isolation_level, kafka_options=kafka)
+                                 isolation_level=isolation_level, kafka_options=kafka,
+                                 schema_columns=schema_columns)
             frame.createOrReplaceTempView(quote_identifier(name))
         return names
     finally:
@@ -140,6 +143,7 @@ def topic_frame(
     storage_options: Mapping[str, str] | None = None,
     isolation_level: IsolationLevel = "read_committed",
     kafka_options: Mapping[str, str] | None = None,
+    schema_columns: bool = True,
 ) -> DataFrame:
     """The DataFrame behind ``topic``'s view (see the module docstring and
     :func:`register_topics` for the options)."""
@@ -152,7 +156,8 @@ def topic_frame(
         return _topic_frame(spark, view, topic, zookeeper=zookeeper,
                             bootstrap_servers=bootstrap_servers,
                             include_headers=include_headers, tier_read=tier_read,
-                            isolation_level=isolation_level, kafka_options=kafka)
+                            isolation_level=isolation_level, kafka_options=kafka,
+                            schema_columns=schema_columns)
     finally:
         view.close()
 
@@ -186,23 +191,26 @@ def _cluster_view(zookeeper: str, bootstrap_servers: str | None,
 def _topic_frame(spark: SparkSession, view: ClusterView, topic: str, *, zookeeper: str,
                  bootstrap_servers: str | None, include_headers: bool,
                  tier_read: TierRead, isolation_level: IsolationLevel,
-                 kafka_options: Mapping[str, str]) -> DataFrame:
+                 kafka_options: Mapping[str, str], schema_columns: bool = True) -> DataFrame:
     partitions = [p for _, p in view.topic_partitions(Subscription("subscribe", (topic,)))]
     if not partitions:
         raise UnknownTopicError(f"topic {topic!r} does not exist (no partitions)")
+    typed = _typed_sides(view, topic) if schema_columns else []
     storage = view.storage()
     if storage is not None and _delta_reads(spark, storage, tier_read):
         return _delta_union(spark, view, storage, topic, partitions, zookeeper=zookeeper,
                             bootstrap_servers=bootstrap_servers,
                             include_headers=include_headers, isolation_level=isolation_level,
-                            kafka_options=kafka_options)
+                            kafka_options=kafka_options, typed=typed)
     native = storage is not None and tier_read != "python" and (
         use_storage(spark, storage) or tier_read == "spark")
     snapshot = view.tier_snapshot(topic, partitions) if native else None
     source = _hot_source(spark, view, topic, partitions, zookeeper=zookeeper,
                          bootstrap_servers=bootstrap_servers, include_headers=include_headers,
-                         isolation_level=isolation_level, kafka_options=kafka_options)
-    if snapshot is None or not any(snapshot.files.get(p) for p in snapshot.ends):
+                         isolation_level=isolation_level, kafka_options=kafka_options,
+                         typed=typed)
+    if typed or snapshot is None or not any(snapshot.files.get(p) for p in snapshot.ends):
+        # typed sides without delta-spark: the data source decodes the tier's raw bytes
         return source.option("startingOffsets", "earliest").load()
     assert storage is not None
     starts = {str(p): snapshot.ends.get(p, EARLIEST) for p in partitions}
@@ -221,12 +229,23 @@ def _delta_reads(spark: SparkSession, storage: Storage, tier_read: TierRead) -> 
         tier_read == "spark" or use_storage(spark, storage))
 
 
+def _typed_sides(view: ClusterView, topic: str) -> list[str]:
+    """The sides of ``topic`` that have a schema subject (streaming/typed_read.py)."""
+    from loglake.streaming.typed_read import typed_sides_of
+
+    catalog = view.catalog()
+    assert catalog is not None
+    return sorted(typed_sides_of(catalog, [topic]).get(topic, {}))
+
+
 def _hot_source(spark: SparkSession, view: ClusterView, topic: str, partitions: list[int], *,
                 zookeeper: str, bootstrap_servers: str | None, include_headers: bool,
                 isolation_level: IsolationLevel,
-                kafka_options: Mapping[str, str]) -> DataFrameReader:
+                kafka_options: Mapping[str, str],
+                typed: Sequence[str] = ()) -> DataFrameReader:
     """A ``format("loglake")`` reader of ``partitions`` of ``topic`` up to the latest offsets,
-    with the view's client and tier options; the caller sets ``startingOffsets``."""
+    with the view's client and tier options (``typed``: the sides decoded,
+    ``<side>Format=registry``); the caller sets ``startingOffsets``."""
     source = (spark.read.format("loglake").option("zookeeper", zookeeper)
               .option("includeHeaders", str(include_headers).lower())
               .option("assign", json.dumps({topic: partitions}))
@@ -238,23 +257,27 @@ def _hot_source(spark: SparkSession, view: ClusterView, topic: str, partitions: 
         source = source.option(key, value)
     for key, value in view.options.storage_options.items():
         source = source.option(f"tier.{key}", value)
+    for side in typed:
+        source = source.option(f"{side}Format", "registry")
     return source
 
 
 def _delta_union(spark: SparkSession, view: ClusterView, storage: Storage, topic: str,
                  partitions: list[int], *, zookeeper: str, bootstrap_servers: str | None,
                  include_headers: bool, isolation_level: IsolationLevel,
-                 kafka_options: Mapping[str, str]) -> DataFrame:
+                 kafka_options: Mapping[str, str], typed: Sequence[str] = ()) -> DataFrame:
     """Tier (the catalog's Delta table, its version resolved by every query) below each
     partition's split, hot tail (the brokers) from it; the split is the tiered end at
-    registration (module docstring)."""
+    registration (module docstring). ``typed``: sides with typed columns
+    (streaming/typed_views.py)."""
     from pyspark.sql import functions as F
 
     from loglake.streaming.spark_catalog import DEFAULT_DATABASE, sync_tables, table_names
 
     hot = _hot_source(spark, view, topic, partitions, zookeeper=zookeeper,
                       bootstrap_servers=bootstrap_servers, include_headers=include_headers,
-                      isolation_level=isolation_level, kafka_options=kafka_options)
+                      isolation_level=isolation_level, kafka_options=kafka_options,
+                      typed=typed)
     snapshot = view.tier_snapshot(topic, partitions)
     splits = {p: snapshot.ends.get(p, 0) for p in partitions} if snapshot is not None else {}
     if not any(splits.values()):
@@ -274,6 +297,12 @@ def _delta_union(spark: SparkSession, view: ClusterView, storage: Storage, topic
                             for p, end in splits.items() if end]
     rows = spark.table(qualified).where(reduce(lambda a, b: a | b, bounds)
                                         & ~F.col("is_control"))
+    if typed:
+        from loglake.streaming.typed_views import has_typed_columns, tier_columns
+
+        if not has_typed_columns(rows, list(typed)):  # typed after its last tiering
+            return hot.option("startingOffsets", "earliest").load()
+        return tier_columns(rows, topic, tail).unionByName(tail)
     return _kafka_columns(rows, topic, include_headers).unionByName(tail)
 
 
