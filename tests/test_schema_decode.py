@@ -13,6 +13,7 @@ import io
 import json
 import pickle
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import fastavro
@@ -56,7 +57,7 @@ CLICK_V2 = {**CLICK_V1, "fields": [*CLICK_V1["fields"],
 
 
 def _registry() -> Any:
-    return SchemaRegistryClient.new_client({"url": "mock://decode-tests"})
+    return SchemaRegistryClient.new_client({"url": f"mock://decode-{uuid.uuid4().hex}"})
 
 
 def _snapshot(client: Any, subjects: tuple[str, ...] = ()) -> SchemaSet:
@@ -64,7 +65,7 @@ def _snapshot(client: Any, subjects: tuple[str, ...] = ()) -> SchemaSet:
     out = SchemaSet()
     for subject in subjects or tuple(client.get_subjects()):
         versions = []
-        for version in client.get_versions(subject):
+        for version in sorted(client.get_versions(subject)):
             registered = client.get_version(subject, version)
             versions.append(SubjectVersion(subject, version, registered.schema_id))
         out.subject_versions[subject] = versions
@@ -81,7 +82,7 @@ def _snapshot(client: Any, subjects: tuple[str, ...] = ()) -> SchemaSet:
     return out
 
 
-def _binary(values: list[bytes | None]) -> pa.Array:
+def _binary(values: Sequence[bytes | None]) -> pa.Array:
     return pa.array(values, type=pa.binary())
 
 
