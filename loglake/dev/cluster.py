@@ -637,15 +637,17 @@ def _start_registry(state: _State, data_dir: Path, port: int, timeout: float) ->
     command = [sys.executable, "-m", "loglake", "registry", "--zookeeper",
                info.zookeeper_connect, "--port", str(port)]
     tls_ca = ""
-    if state.security is not None:
-        certificates = secure.prepare(data_dir).certificates
-        command += ["--certfile", str(certificates.broker), "--basic-auth"]
-        tls_ca = str(certificates.ca)
+    setup = None if state.security is None else secure.prepare(data_dir)
+    if setup is not None:
+        command += ["--certfile", str(setup.certificates.broker), "--basic-auth"]
+        tls_ca = str(setup.ca)
     entry = _Entry("registry", 1, port, command, str(data_dir / "logs" / "registry.log"),
                    _broker_env(), tls_ca=tls_ca)
     state.entries.append(entry)
     _spawn(state, entry)
     _wait_ready([entry], timeout)
+    if setup is not None:
+        secure.add_registry_settings(setup, f"https://{net.LOOPBACK}:{port}")
 
 
 # -- inspecting and stopping --------------------------------------------------------------------

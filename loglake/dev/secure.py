@@ -9,7 +9,9 @@ working)::
     DIR/security/client.properties     librdkafka form: for ``loglake --command-config``,
                                        ``kcat -F`` and confluent-kafka (0600)
     DIR/security/client-java.properties  Java form (sasl.jaas.config, PEM truststore): for
-                                       Kafka's own tools and Java clients (0600)
+                                       Kafka's own tools and Java clients (0600); with a
+                                       schema registry also its URL and basic auth user info
+                                       (Confluent's serializer keys: add_registry_settings)
 
 Both log in as the admin with SCRAM-SHA-512.
 
@@ -124,6 +126,24 @@ def java_client_properties(setup: SecuredSetup) -> str:
         f"ssl.truststore.location={setup.ca}",
         "",
     ])
+
+
+def add_registry_settings(setup: SecuredSetup, url: str) -> None:
+    """Append the schema registry's client settings (``schema.registry.url``,
+    ``basic.auth.user.info`` as the admin, ``schema.registry.ssl.truststore.*`` = the CA) to
+    the Java-form file, where Java clients and Confluent's serializers read them. The
+    librdkafka-form file stays without them: librdkafka and kcat refuse keys they do not know.
+    :func:`prepare` rewrites the file on every start, so the settings go with the registry."""
+    registry = "\n".join([
+        f"schema.registry.url={url}",
+        "basic.auth.credentials.source=USER_INFO",
+        f"basic.auth.user.info={setup.admin_user}:{setup.admin_password}",
+        "schema.registry.ssl.truststore.type=PEM",
+        f"schema.registry.ssl.truststore.location={setup.ca}",
+        "",
+    ])
+    write_private(setup.java_client_properties,
+                  (java_client_properties(setup) + registry).encode())
 
 
 def broker_overrides(setup: SecuredSetup) -> dict[str, str]:
