@@ -50,6 +50,10 @@ PROTO = """syntax = "proto3";
 package test.sdk;
 message Reading { string sensor = 1; double celsius = 2; repeated int64 samples = 3; }
 """
+COMMON_PROTO = 'syntax = "proto3";\npackage test.common;\nmessage Money { int64 cents = 1; }\n'
+ORDER_PROTO = ('syntax = "proto3";\npackage test.sdk;\nimport "common.proto";\n'
+               'message Order { string id = 1; }\n'
+               'message Line { string sku = 1; test.common.Money price = 2; }\n')
 
 
 @pytest.fixture(scope="module")
@@ -156,8 +160,37 @@ def test_protobuf_values(dev: DevCluster, topic: str) -> None:
     assert isinstance(record.value, reading)
     assert (record.value.sensor, record.value.celsius, list(record.value.samples)) == (
         "s1", 21.5, [1, 2, 3])
-    with pytest.raises(SchemaSerdeError, match="value_protobuf"):
-        consume_all(dev, topic, 1)
+    dynamic = consume_all(dev, topic, 1)[0].value  # a class built from the registered .proto
+    assert type(dynamic).DESCRIPTOR.full_name == "test.sdk.Reading"
+    assert (dynamic.sensor, dynamic.celsius, list(dynamic.samples)) == ("s1", 21.5, [1, 2, 3])
+
+
+def test_protobuf_import_and_second_message_decoded_without_a_class(dev: DevCluster,
+                                                                    topic: str) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+
+    client = SchemaRegistryClient({"url": dev.registry_url})
+    common = f"{topic}-common"
+    client.register_schema(common, Schema(COMMON_PROTO, "PROTOBUF"))
+    order_schema = Schema(ORDER_PROTO, "PROTOBUF", [SchemaReference("common.proto", common, 1)])
+    parsed = parse("PROTOBUF", ORDER_PROTO, {"common.proto": _registered(COMMON_PROTO)})
+    line = message_class(parsed, [1])  # the second message of the file: indexes [1]
+    schema_id = client.register_schema(f"{topic}-value", order_schema)
+    from loglake.schemas.wire import frame
+
+    message = line(sku="a-1", price={"cents": 250})
+    with Producer(dev.bootstrap_servers) as plain:  # framed as Confluent's serializer does
+        plain.send(topic, frame(schema_id, message.SerializeToString(), [1]))
+    decoded = consume_all(dev, topic, 1)[0]
+    assert decoded.value_schema_id == schema_id
+    assert type(decoded.value).DESCRIPTOR.full_name == "test.sdk.Line"
+    assert (decoded.value.sku, decoded.value.price.cents) == ("a-1", 250)
+
+
+def _registered(text: str) -> Any:
+    from loglake.schemas.model import RegisteredSchema
+
+    return RegisteredSchema(0, "PROTOBUF", text, ())
 
 
 def test_undecodable_records_raise_or_are_kept_with_the_reason(dev: DevCluster,

@@ -24,8 +24,9 @@ unchanged. Registration refused by the subject's compatibility level raises
 
 Consumer side: ``value_format="registry"`` (default) decodes each value by the schema id it
 carries, whatever the subject (Avro → dict, JSON → the decoded document, Protobuf → an
-instance of ``value_protobuf``, which Protobuf records need), ``"raw"`` leaves bytes; keys are
-``key_format="raw"`` unless ``"registry"``. Null stays null. A record that does not decode
+instance of ``value_protobuf`` when given, else of a message class built from the registered
+``.proto`` and its imports, the message the record's indexes name), ``"raw"`` leaves bytes;
+keys are ``key_format="raw"`` unless ``"registry"``. Null stays null. A record that does not decode
 (not framed, unknown id, bad payload) raises :class:`SchemaSerdeError` naming its
 topic-partition and offset (``on_error="raise"``, default) or, with ``on_error="keep"``,
 comes back with that side ``None``, its bytes in ``value_bytes``/``key_bytes`` and the reason
@@ -44,6 +45,7 @@ thread). Every other method and attribute of the wrapped client is reachable on 
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Iterator, Mapping, Sequence
@@ -268,6 +270,12 @@ def _serialize(side: _Side, topic: str, field_name: str, data: Any,
                                f"{type(exc).__name__}: {_first_line(exc)}") from None
 
 
+def _reference(reference: Any) -> Any:
+    from loglake.schemas.model import SchemaReference
+
+    return SchemaReference(str(reference.name), str(reference.subject), int(reference.version))
+
+
 def _no_subject(_ctx: Any, _record_name: Any) -> None:
     return None
 
@@ -310,6 +318,7 @@ class SchemaConsumer:
         self.on_error = on_error
         self._deserializers: dict[tuple[str, str], Any] = {}
         self._types: dict[int, str] = {}
+        self._parsed: dict[int, Any] = {}  # schema id -> ParsedSchema (Protobuf, no class)
         self.consumer = consumer if consumer is not None else Consumer(
             bootstrap_servers, security=security, **consumer_options)
 
@@ -394,9 +403,8 @@ class SchemaConsumer:
             made = JSONDeserializer(None, schema_registry_client=self._client, conf=conf)
         elif schema_type == "PROTOBUF":
             message_class = self._protobuf[side]
-            if message_class is None:
-                raise SchemaSerdeError(f"{where}: schema id {schema_id} is Protobuf; pass "
-                                       f"{side}_protobuf=<generated message class>")
+            if message_class is None:  # a message class built from the registered schema
+                return functools.partial(self._dynamic_protobuf, schema_id)
             made = ProtobufDeserializer(message_class, {**conf, "use.deprecated.format": False},
                                         schema_registry_client=self._client)
         else:
@@ -404,6 +412,36 @@ class SchemaConsumer:
                                    f"{schema_type!r}")
         self._deserializers[(side, schema_type)] = made
         return made
+
+    def _dynamic_protobuf(self, schema_id: int, data: bytes, _context: Any) -> Any:
+        """``data`` decoded as the message its indexes name in schema ``schema_id``, with a
+        class built from the registered schema and its imports (loglake.schemas.parse)."""
+        from loglake.schemas import parse, wire
+
+        parsed = self._parsed.get(schema_id)
+        if parsed is None:
+            parsed = parse.parse_registered(self._registered(schema_id), self._referenced)
+            self._parsed[schema_id] = parsed
+        indexes, payload = wire.message_indexes(wire.unframe(data).body)
+        message = parse.message_class(parsed, indexes)()
+        message.ParseFromString(bytes(payload))
+        return message
+
+    def _registered(self, schema_id: int) -> Any:
+        from loglake.schemas.model import RegisteredSchema
+
+        schema = self._client.get_schema(schema_id, fmt="serialized")
+        return RegisteredSchema(schema_id, schema.schema_type or "AVRO", schema.schema_str,
+                                tuple(_reference(r) for r in schema.references or ()))
+
+    def _referenced(self, reference: Any) -> Any:
+        from loglake.schemas.model import RegisteredSchema
+
+        found = self._client.get_version(reference.subject, reference.version)
+        schema = found.schema
+        return RegisteredSchema(found.schema_id, schema.schema_type or "AVRO",
+                                schema.schema_str,
+                                tuple(_reference(r) for r in schema.references or ()))
 
     def close(self) -> None:
         self.consumer.close()
