@@ -116,7 +116,7 @@ def test_segments_import_no_broker_catalog_or_spark_side() -> None:
 
 
 TIER_MODULES = ("tiering", "tier_writer", "tier_reads", "tier_state", "local_retention",
-                "table_changes")
+                "table_changes", "tier_schemas")
 HANDLERS_MAY_NOT_IMPORT = ("broker", "controller", "zk_session", "topic_sync", "replica_states",
                            "isr_manager", "fetcher_manager", "replica_fetcher", *TIER_MODULES)
 REPLICATION_PARTS = ("replica_manager.py", "replica_states.py", "fetcher_manager.py",
@@ -141,6 +141,20 @@ def test_replication_parts_import_no_controller_coordinator_or_tier() -> None:
         offenders += [f"{name}: {hit}" for hit in sorted(_imports(path))
                       if any(hit == f or hit.startswith(f + ".") for f in forbidden)]
     assert offenders == []
+
+
+def test_the_registry_is_a_tool() -> None:
+    """The schema registry reaches ZooKeeper through the catalog only, imports neither the
+    Spark side, the jobs nor the SDK, and from the broker only the pure SCRAM credential
+    forms (to check HTTP Basic passwords)."""
+    assert (PACKAGE / "registry" / "service.py").is_file()
+    for forbidden in ("kazoo", "loglake.streaming", "loglake.compaction", "loglake.client",
+                      "loglake.segments"):
+        assert _offenders("registry", forbidden) == [], forbidden
+    hits = [hit for hit in _offenders("registry", "loglake.broker")
+            if any(not name.startswith("loglake.broker.security.scram_credentials")
+                   for name in hit.split(": ", 1)[1].split(", "))]
+    assert hits == []
 
 
 def test_the_rules_see_imports() -> None:

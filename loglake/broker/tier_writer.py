@@ -30,6 +30,17 @@ exactly where the table says. Steps and what a crash at each leaves::
                                                                leader reads the version
     4. update tiered_end, tiering status in ZooKeeper         (bookkeeping only)
 
+Typed topics (schemas issue; broker/tier_schemas.py, segments/tier_typing.py): when a side of
+the topic is typed, step 1 also decodes each value (key) by its schema id into the typed
+columns, with a schema snapshot from the broker; ids the snapshot lacks come back from the
+worker unwritten, are looked up in the store, and the worker runs once more (unknown ids then
+decode as errors: a segment never waits on an id). A record that does not decode keeps its raw
+bytes and gets ``<side>_error``; it never stops tiering. Step 3 is preceded by a metadata-only
+commit when the file's typed columns are wider than the table's schema (Delta schema
+evolution, segments/tiered_table.py ``TieredTable.evolve``: a crash between the two leaves a
+wider schema and no rows -- harmless). Each commit counts undecoded values in its metadata
+(``loglake.typed_errors``).
+
 Every 10th tier commit of a topic writes a Delta checkpoint in the background (its own table
 object, so tier commits never wait for it).
 
@@ -94,11 +105,15 @@ import pyarrow.compute as pc
 from loglake.broker.failure_log import FailureLog
 from loglake.broker.metrics.state_counters import StateCounters
 from loglake.broker.partition import Partition, Role
+from loglake.broker.tier_schemas import RESOLVE_ROUNDS, TierSchemas
 from loglake.broker.tier_state import BackgroundTasks, TierProgress, TierState, TierZooKeeper
+from loglake.errors import LoglakeError
 from loglake.faults import crash_point, held
 from loglake.segments.log import SegmentInfo
 from loglake.segments.tier_delete import delete_below
 from loglake.segments.tier_quarantine import Quarantined
+from loglake.segments.tier_rows import side_types
+from loglake.segments.tier_typing import TierTyping
 from loglake.segments.tiered_table import SegmentWrite, TieredTable, write_segment_file
 
 log = logging.getLogger(__name__)
@@ -124,8 +139,11 @@ class TierWriter:
     def __init__(self, state: TierState, *, broker_id: int, zookeeper: TierZooKeeper,
                  watch: Callable[[str], None], on_change: Callable[[str], None],
                  stopping: Callable[[], bool], failures: FailureLog,
-                 tasks: BackgroundTasks, counters: StateCounters | None = None) -> None:
+                 tasks: BackgroundTasks, counters: StateCounters | None = None,
+                 schemas: TierSchemas | None = None) -> None:
+        """``schemas``: typed sides and schema snapshots (None: every topic tiers raw)."""
         self._state = state
+        self._schemas = schemas
         self._counters = counters if counters is not None else StateCounters()
         self._broker_id = broker_id
         self._zookeeper = zookeeper
@@ -241,9 +259,17 @@ class TierWriter:
                 break
             aborted = [(txn.producer_id, txn.first_offset, txn.last_offset)
                        for txn in partition.aborted_transactions(begin, segment.next_offset)]
-            written: SegmentWrite = await self._in_worker(
-                write_segment_file, storage, partition.topic, partition.index,
-                segment.log_path, begin, segment.next_offset, aborted)
+            typing = await self._typing(partition.topic)
+            for _round in range(RESOLVE_ROUNDS):
+                written: SegmentWrite = await self._in_worker(
+                    write_segment_file, storage, partition.topic, partition.index,
+                    segment.log_path, begin, segment.next_offset, aborted, typing)
+                if not written.missing_ids or typing is None or self._schemas is None:
+                    break
+                typing = await self._schemas.resolve(typing, written.missing_ids)
+            if written.missing_ids:  # resolve marks every id found or absent: not reached
+                raise LoglakeError(f"{partition.name}: schema ids {list(written.missing_ids)} "
+                                   "still missing after looking them up")
             pending = written.pending
             last_offset = segment.next_offset - 1
             crash_point("tier-after-write")
@@ -254,7 +280,7 @@ class TierWriter:
             committed = await writer.call(
                 writer.table.commit, partition.index, [] if pending is None else [pending],
                 last_offset, expected_end=progress.tiered_end,
-                metadata=_commit_metadata(written))
+                metadata=_commit_metadata(written), typed=written.typed)
             crash_point("tier-after-commit")
             if committed:
                 self._counters.tier_committed(partition.topic, time.monotonic() - commit_started)
@@ -266,17 +292,26 @@ class TierWriter:
                 stored = sum(1 for q in written.quarantined if q.stored)
                 if progress.quarantined is not None:
                     progress.quarantined += stored
-                log.info("%s: tiered offsets [%d, %d] (%d rows, %d quarantined; left out: "
-                         "%d aborted records, %d markers)",
+                log.info("%s: tiered offsets [%d, %d] (%d rows, %d quarantined, %d typed "
+                         "values not decoded; left out: %d aborted records, %d markers)",
                          partition.name, begin, last_offset,
                          0 if pending is None else pending.num_records, stored,
-                         written.aborted_records, written.markers)
+                         written.typed_errors, written.aborted_records, written.markers)
                 _log_quarantined(partition.name, segment, written.quarantined)
             else:
                 progress.tiered_end = await writer.call(writer.table.tiered_end, partition.index)
                 log.info("%s: another writer tiered up to %s", partition.name,
                          progress.tiered_end)
         await self._report(partition, progress)
+
+    async def _typing(self, topic: str) -> TierTyping | None:
+        """How the worker types ``topic``'s rows (None: no side is typed); the table's
+        current typed types come from the writer's snapshot (a worker thread)."""
+        if self._schemas is None:
+            return None
+        writer = self._state.writer(topic)
+        current = side_types(await writer.call(writer.table.typed_schema))
+        return await self._schemas.typing(topic, current)
 
     async def _record_table_stats(self, topic: str) -> None:
         """Remember the table's version, live files and bytes after a tier commit (read from
@@ -375,6 +410,8 @@ def _commit_metadata(written: SegmentWrite) -> dict[str, str] | None:
     """The commit metadata of a tier commit: quarantined batches, aborted records and markers
     left out (None: nothing to say)."""
     metadata = dict(_quarantine_metadata(written.quarantined) or {})
+    if written.typed is not None:
+        metadata["loglake.typed_errors"] = str(written.typed_errors)
     if written.aborted_records or written.markers:
         metadata["loglake.aborted_records"] = str(written.aborted_records)
         metadata["loglake.markers"] = str(written.markers)

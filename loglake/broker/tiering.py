@@ -8,6 +8,8 @@ Its three jobs live in their own modules; this one wires them and runs their sch
 * local_retention.py -- deleting the oldest local segments of every hosted replica (on tiered
   topics only what the table holds);
 * tier_reads.py -- fetches and list-offsets below the local log start, answered from the table;
+* tier_schemas.py -- which sides of a topic are typed (schema registry subjects in ZooKeeper)
+  and the schema snapshots the tierer's worker decodes them with;
 * tier_state.py -- what the three know, one record per topic and per partition (caches of the
   table, never durable: the table is the truth); table_changes.py -- the ZooKeeper watches
   through which clean-up jobs' table changes reach those caches and local retention.
@@ -43,6 +45,7 @@ from loglake.broker.metrics.state_counters import StateCounters
 from loglake.broker.partition import Partition, Role
 from loglake.broker.table_changes import TableChangeWatcher
 from loglake.broker.tier_reads import TierReads
+from loglake.broker.tier_schemas import TierSchemas
 from loglake.broker.tier_state import (
     READER_REFRESH_S,
     BackgroundTasks,
@@ -99,7 +102,8 @@ class Tierer:
         self.writer = TierWriter(
             self._state, broker_id=config.broker_id, zookeeper=zookeeper,
             watch=self._watcher.watch, on_change=self._announced, stopping=stopping,
-            failures=self._failures, tasks=tasks, counters=self._counters)
+            failures=self._failures, tasks=tasks, counters=self._counters,
+            schemas=TierSchemas(zookeeper, topic_config))
 
     @property
     def state(self) -> TierState:

@@ -105,6 +105,7 @@ from loglake.segments.tier_rows import (
     typed_schema,
 )
 from loglake.segments.tier_txn import AbortedRange, committed_rows
+from loglake.segments.tier_typing import TierTyping, type_rows
 
 log = logging.getLogger(__name__)
 
@@ -564,12 +565,15 @@ def _last_checkpoint_version(storage: Storage, uri: str) -> int:
 
 
 def write_segment_file(storage: Storage, topic: str, partition: int, path: Path, start: int,
-                       end: int, aborted: Sequence[AbortedRange] = ()) -> SegmentWrite:
+                       end: int, aborted: Sequence[AbortedRange] = (),
+                       typing: TierTyping | None = None) -> SegmentWrite:
     """Decode the records in ``[start, end)`` of a sealed segment file (CRC-checked; what does
     not decode is quarantined, tier_quarantine.py), drop the records of the ``aborted``
     transactions and every transaction marker (tier_txn.py: the table holds committed data
     only), and write the rest as one uncommitted Parquet file of the topic's table. (The
-    brokers run this in a worker process.)"""
+    brokers run this in a worker process.) ``typing``: the topic's typed sides
+    (tier_typing.py): the file gets their typed columns, or, when the records carry schema
+    ids ``typing`` lacks, nothing is written and :attr:`SegmentWrite.missing_ids` names them."""
     data = path.read_bytes()
     parsed = filenames.parse_segment_name(path.name)
     result = segment_rows(data, start_offset=start, end_offset=end,
@@ -577,10 +581,18 @@ def write_segment_file(storage: Storage, topic: str, partition: int, path: Path,
                           fallback_timestamp_ms=int(path.stat().st_mtime * 1000))
     committed = committed_rows(result.rows, aborted)
     rows = committed.rows
+    typed: pa.Schema | None = None
+    typed_errors = 0
+    if typing is not None and rows.num_rows:
+        outcome = type_rows(rows, typing)
+        if outcome.rows is None:
+            return SegmentWrite(None, result.quarantined, committed.aborted_records,
+                                committed.markers, missing_ids=outcome.missing_ids)
+        rows, typed, typed_errors = outcome.rows, outcome.typed, outcome.errors
     pending = (TieredTable(storage, topic).write_file(partition, rows, first_offset=start)
                if rows.num_rows else None)
     return SegmentWrite(pending, result.quarantined, committed.aborted_records,
-                        committed.markers)
+                        committed.markers, typed=typed, typed_errors=typed_errors)
 
 
 def _row_groups(batch_offsets: pa.ChunkedArray) -> Iterator[tuple[int, int]]:
