@@ -285,10 +285,9 @@ def test_protobuf_topic(spark: SparkSession, dev: DevCluster) -> None:
 def test_sink_serializes_a_struct_column_with_a_registered_schema(
         spark: SparkSession, dev: DevCluster, clicks: str) -> None:
     from confluent_kafka import Consumer
+    from confluent_kafka.schema_registry import Schema
     from confluent_kafka.schema_registry.avro import AvroDeserializer
     from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from confluent_kafka.schema_registry import Schema
 
     target = f"sunk-{uuid.uuid4().hex[:6]}"
     create_topic(dev.bootstrap_servers, target, 1)
