@@ -239,6 +239,12 @@ def test_plain_clients_unchanged_and_registry_settings(dev: DevCluster, topic: s
     assert "u:p" not in repr(settings)
     assert settings.client_conf() == {"url": "https://h:1", "basic.auth.user.info": "u:p",
                                       "ssl.ca.location": "ca.pem"}
+    java_form = {"schema.registry.url": "https://h:1", "basic.auth.credentials.source":
+                 "USER_INFO", "basic.auth.user.info": "admin:pw",
+                 "schema.registry.ssl.truststore.type": "PEM",
+                 "schema.registry.ssl.truststore.location": "ca.pem"}
+    assert registry_settings(java_form).client_conf() == {
+        "url": "https://h:1", "basic.auth.user.info": "admin:pw", "ssl.ca.location": "ca.pem"}
     with pytest.raises(SchemaRegistryConfigError, match="USER:PASSWORD"):
         RegistrySettings.from_properties({"schema.registry.url": "http://h",
                                           "basic.auth.user.info": "nocolon"})

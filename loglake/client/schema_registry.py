@@ -13,7 +13,8 @@ confluent-kafka's), in a mapping or a ``--command-config`` properties file:
                                            ``basic.auth.credentials.source`` may be
                                            ``USER_INFO`` (the default) or ``URL`` (credentials
                                            in the URL's ``user:password@``)
-``schema.registry.ssl.ca.location``        PEM CA file for an ``https`` registry; default: the
+``schema.registry.ssl.ca.location``        PEM CA file for an ``https`` registry (Java's
+(``...ssl.truststore.location``, PEM)       name too); default: the
                                            Kafka client's ``ssl.ca.location`` /
                                            ``ssl.truststore.location`` (the dev cluster uses
                                            one CA for brokers and registry), else the system's
@@ -44,7 +45,8 @@ REGISTRY_URL_ENV = "LOGLAKE_SCHEMA_REGISTRY_URL"
 """Environment variable naming the registry URL (used when no ``--registry`` is given)."""
 
 _USER_INFO_KEYS = ("basic.auth.user.info", "schema.registry.basic.auth.user.info")
-_CA_KEYS = ("schema.registry.ssl.ca.location", "ssl.ca.location", "ssl.truststore.location")
+_CA_KEYS = ("schema.registry.ssl.ca.location", "schema.registry.ssl.truststore.location",
+            "ssl.ca.location", "ssl.truststore.location")
 
 
 class SchemaRegistryConfigError(LoglakeError):
