@@ -9,7 +9,8 @@ and writeStream, with the options and row schema of Spark's Kafka source.
 Modules: options.py (option parsing), offsets.py (planning against the cluster), ranges.py
 (reading one offset range from the tier or the brokers), source.py (readers), sink.py
 (writers), schema.py (the row schema), sql_views.py (topics as Spark SQL views), sql_cli.py
-(``loglake sql``).
+(``loglake sql``), typed_read.py / typed_views.py / typed_write.py (schema'd keys and values as
+typed columns: docs/SCHEMAS.md "Spark").
 """
 
 from __future__ import annotations

@@ -49,6 +49,13 @@ retention and compaction show in the next query with no re-registration, and rec
 after registration come through the brokers (which serve them from the table); re-registering
 moves the split up (faster scans). See docs/SPARK.md.
 
+Topics with a schema subject (a typed key/value side: docs/SCHEMAS.md) get typed views: ``value``
+is the decoded value, plus ``value_bytes``, ``value_schema_id``, ``value_error`` (keys likewise);
+the hot tail is read with ``valueFormat=registry`` (streaming/typed_read.py) and the tiered side
+from the table's ``value_typed`` conformed to the same type (streaming/typed_views.py); without
+delta-spark, or when the table has no typed column yet, the data source reads the whole topic
+and decodes the tier's raw bytes. ``schema_columns=False`` keeps the binary columns.
+
 The Delta tables themselves are untouched (read-only): deltalake, Spark+Delta or any other Delta
 reader still reads them directly.
 
