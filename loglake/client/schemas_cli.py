@@ -118,6 +118,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="remove the subject's (or global) level (back to the default)")
     config.set_defaults(handler=config_command)
 
+    from loglake.compaction import backfill  # the tiering side's re-typing job
+
+    backfill.register(commands)
+
 
 def add_registry_options(parser: argparse.ArgumentParser) -> None:
     """``--registry URL`` and ``--command-config FILE``."""

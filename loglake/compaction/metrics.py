@@ -59,6 +59,7 @@ from prometheus_client import (
 )
 
 from loglake.catalog.job_runs import JobRunStore
+from loglake.compaction.backfill import BackfillResult
 from loglake.compaction.compact import CompactionResult
 from loglake.compaction.optimize import OptimizeResult
 from loglake.compaction.retention import RetentionResult
@@ -145,6 +146,11 @@ def stats_of(job: str, result: object, *, dry_run: bool = False) -> dict[str, in
             stats["files_added"] += item.files_out
             stats["files_removed"] += item.files_in
             stats["bytes_reclaimed"] += max(0, item.bytes_in - item.bytes_out)
+            topics.add(item.topic)
+        elif isinstance(item, BackfillResult) and item.committed:
+            stats["rows_rewritten"] += item.rows
+            stats["files_added"] += item.files_rewritten
+            stats["files_removed"] += item.files_rewritten
             topics.add(item.topic)
         elif isinstance(item, VacuumResult) and item.deleted:
             stats["files_removed"] += len(item.deleted)
