@@ -265,7 +265,9 @@ class TieredTable:
         metadata-only commit merging them in; nothing when it holds them already). Returns
         whether it committed. Raises when a column's type cannot merge with the table's."""
         for attempt in range(COMMIT_ATTEMPTS):
-            current = self.typed_schema(refresh=True)
+            # schemas only widen: a snapshot that already covers ``typed`` proves it (no log
+            # read); otherwise a stale snapshot's alter loses its race and the retry reloads
+            current = self.typed_schema(refresh=attempt > 0)
             if _covers(current, typed):
                 return False
             try:
