@@ -23,7 +23,8 @@ import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
@@ -34,7 +35,7 @@ from deltalake import DeltaTable
 from loglake import jvm
 from loglake.compaction.common import Cluster
 from loglake.compaction.optimize import run_optimize
-from loglake.dev.harness import DevCluster
+from loglake.dev.harness import DevCluster, wait_until
 from loglake.schemas.wire import frame
 from loglake.segments.storage import Storage
 from loglake.segments.tiered_table import TieredTable
@@ -250,7 +251,11 @@ def test_json_and_protobuf_topics_tier_typed_columns(dev: DevCluster, topic_name
     json_ctx = SerializationContext(json_topic, MessageField.VALUE)
     orders = [{"order_id": i, "item": f"item-{i % 7}", "price": i * 1.5, "paid": i % 2 == 0}
               for i in range(2500)]
-    _produce(dev, json_topic, [to_json(o, json_ctx) for o in orders])
+    key_of = _serializer("avro", registry, "string")  # <topic>-key: a primitive Avro schema
+    key_ctx = SerializationContext(json_topic, MessageField.KEY)
+    keys = [f"customer-{i % 13}" for i in range(2500)]
+    _produce(dev, json_topic, [to_json(o, json_ctx) for o in orders],
+             [key_of(k, key_ctx) for k in keys])
     to_proto = _serializer("protobuf", registry, purchase)
     proto_ctx = SerializationContext(proto_topic, MessageField.VALUE)
     purchases = [purchase(id=i, sku=f"sku-{i % 11}", quantity=i % 5, amount=i / 8)
@@ -265,6 +270,9 @@ def test_json_and_protobuf_topics_tier_typed_columns(dev: DevCluster, topic_name
     assert got == orders[:json_end]
     assert pc.sum(pc.struct_field(rows.column("value_typed"), "order_id")).as_py() == sum(
         range(json_end))
+    assert rows.schema.field("key_typed").type == pa.string()  # the key side is typed too
+    assert rows.column("key_typed").to_pylist() == keys[:json_end]
+    assert rows.column("key_error").null_count == json_end
 
     proto_end = wait_tiered(dev.storage_url, proto_topic, (0,), at_least=1500, timeout=180)[0]
     rows = _table(dev, proto_topic)
@@ -353,6 +361,29 @@ def test_optimize_keeps_the_typed_columns(dev: DevCluster, topic_name: str) -> N
                                         "value_error"]).to_pylist() == before.filter(
         pc.less(before.column("offset"), end)).select(
         ["offset", "value", "value_typed", "value_schema_id", "value_error"]).to_pylist()
+
+
+def test_delete_records_keeps_the_typed_columns(dev: DevCluster, topic_name: str) -> None:
+    """DeleteRecords rewrites the table file holding the new log start (tier_delete.py): the
+    rows it keeps keep their typed columns."""
+    topic = f"del-{topic_name}"
+    create_topic(dev.bootstrap_servers, topic, 1, SMALL_SEGMENTS)
+    registry = _registry(dev)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    v1 = _serializer("avro", registry, CLICK_V1)
+    _produce(dev, topic, [v1(_click(i), ctx) for i in range(2000)])
+    end = wait_tiered(dev.storage_url, topic, (0,), at_least=1500, timeout=120)[0]
+    cut = 400  # inside the first file
+    admin = AdminClient({"bootstrap.servers": dev.bootstrap_servers})
+    futures = admin.delete_records([TopicPartition(topic, 0, cut)], request_timeout=30)
+    next(iter(futures.values())).result(timeout=30)
+    rows = wait_until(lambda: (lambda t: t if t.column("offset")[0].as_py() == cut else None)(
+        _table(dev, topic)), 60, "DeleteRecords did not reach the table")
+    window = rows.filter(pc.less(rows.column("offset"), end))
+    assert window.column("offset").to_pylist() == list(range(cut, end))
+    assert window.column("value_typed").to_pylist() == [
+        _click(i) for i in range(cut, end)]
+    assert window.column("value_error").null_count == window.num_rows
 
 
 needs_delta = pytest.mark.skipif(
