@@ -70,7 +70,9 @@ def run_registry(args: argparse.Namespace) -> int:
             if args.basic_auth else None
         app = create_app(service, authenticate=authenticate)
         family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so; without it
+        # a keep-alive client waits for its delayed ACK (~40 ms) on every response
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((args.host, args.port))
         host, port = sock.getsockname()[:2]
