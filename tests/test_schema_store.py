@@ -72,3 +72,19 @@ def test_compatibility_and_mode_settings(zk: KazooClient) -> None:
         "FULL", "NONE", "READONLY")
     store.set_compatibility("s", None)
     assert store.compatibility("s") is None
+
+
+def test_imported_ids_are_skipped_by_later_registrations(zk: KazooClient) -> None:
+    """IMPORT mode stores content under a given id; ids handed out later step over it, and
+    an import naming an id that holds other content is refused."""
+    from loglake.catalog.schemas import IdTakenError
+
+    store = SchemaStore(zk)
+    first = store.ensure_id("AVRO", '"int"')
+    assert store.import_id(first + 1, "AVRO", '"long"') == first + 1
+    assert store.import_id(first + 1, "AVRO", '"long"') == first + 1  # the same again: fine
+    with pytest.raises(IdTakenError):
+        store.import_id(first + 1, "AVRO", '"float"')
+    assert store.ensure_id("AVRO", '"long"') == first + 1  # found by its fingerprint
+    assert store.ensure_id("AVRO", '"double"') == first + 2  # first + 1 is skipped
+    assert store.schema(first + 1).schema == '"long"'  # type: ignore[union-attr]
