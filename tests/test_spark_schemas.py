@@ -74,7 +74,7 @@ def _produce(dev: DevCluster, topic: str, values: list[Any], serialize: Callable
 
     failures: list[object] = []
     producer = Producer({"bootstrap.servers": dev.bootstrap_servers, "linger.ms": 5,
-                         "batch.size": 4000, "enable.idempotence": True,
+                         "batch.size": 2000, "enable.idempotence": True,
                          "on_delivery": lambda e, _m: failures.append(e) if e else None})
     context = SerializationContext(topic, MessageField.VALUE)
     for i, value in enumerate(values):
@@ -280,6 +280,44 @@ def test_protobuf_topic(spark: SparkSession, dev: DevCluster) -> None:
     assert counts == Counter(f"u{i % USERS}" for i in range(PROTO_COUNT))
     row = spark.sql(f"SELECT sum(value.n), sum(size(value.tags)) FROM {name}").collect()[0]
     assert tuple(row) == (sum(range(PROTO_COUNT)), sum(i % 3 for i in range(PROTO_COUNT)))
+
+
+def test_typed_key_with_a_primitive_schema_and_binary_value(
+        spark: SparkSession, dev: DevCluster) -> None:
+    """``<topic>-key`` holds the Avro schema "string": keys are typed (a string column), the
+    untyped value side keeps Spark's binary column."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from loglake.streaming.sql_views import quote_identifier, register_topics
+
+    topic = f"keyed-{uuid.uuid4().hex[:6]}"
+    create_topic(dev.bootstrap_servers, topic, 1, SMALL_SEGMENTS)
+    serializer = AvroSerializer(_registry(dev), json.dumps("string"))
+    context = SerializationContext(topic, MessageField.KEY)
+    failures: list[object] = []
+    producer = Producer({"bootstrap.servers": dev.bootstrap_servers, "linger.ms": 5,
+                         "batch.size": 2000,  # below segment.bytes
+                         "on_delivery": lambda e, _m: failures.append(e) if e else None})
+    for i in range(400):
+        producer.produce(topic, key=serializer(f"user-{i % 3}", context), value=b"%d" % i)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert not failures, failures[:3]
+    wait_tiered(dev.zookeeper_connect, topic, {0: 50}, timeout=120)
+    frame = (spark.read.format("loglake").option("zookeeper", dev.zookeeper_connect)
+             .option("subscribe", topic).option("keyFormat", "registry").load())
+    assert frame.columns[-3:] == ["key_bytes", "key_schema_id", "key_error"]
+    assert frame.schema["key"].dataType.simpleString() == "string"
+    assert frame.schema["value"].dataType.simpleString() == "binary"
+    register_topics(spark, zookeeper=dev.zookeeper_connect, topics=[topic])
+    name = quote_identifier(topic)
+    for source in (name, "keyed_source"):
+        frame.createOrReplaceTempView("keyed_source")
+        counts = _user_counts(spark, f"SELECT key, count(*) FROM {source} GROUP BY 1")
+        assert counts == Counter(f"user-{i % 3}" for i in range(400)), source
+    assert spark.table(name).schema["value"].dataType.simpleString() == "binary"
 
 
 def test_sink_serializes_a_struct_column_with_a_registered_schema(
