@@ -99,6 +99,10 @@ def test_register_versions_ids_and_lookup(api: httpx.Client, subject: str) -> No
     assert json.loads(api.get(f"/subjects/{subject}/versions/1/schema").text) == json.loads(v1)
     assert json.loads(api.get(f"/schemas/ids/{first['id']}").json()["schema"]) == json.loads(v1)
     assert json.loads(api.get(f"/schemas/ids/{first['id']}/schema").text) == json.loads(v1)
+    # ?subject= picks a context (Confluent): the id is served whichever subject is named, as a
+    # deserializer asking with '<topic>-value' for an id registered under another subject needs
+    by_other = api.get(f"/schemas/ids/{v2['id']}", params={"subject": subject + "-other"})
+    assert by_other.status_code == 200 and "schema" in by_other.json()
     assert api.get(f"/schemas/ids/{first['id']}/subjects").json() == sorted(
         [subject, subject + "-other"])
     assert {(v["subject"], v["version"]) for v in api.get(
@@ -139,6 +143,7 @@ def test_errors_are_confluent_codes(api: httpx.Client, subject: str) -> None:
                     ) == (404, 40403)
     bad = api.post(f"/subjects/{subject}/versions", json={"schema": "{\"type\": \"recrd\"}"})
     assert error_of(bad) == (422, 42201)
+    assert bad.json()["message"].count("Invalid schema") == 1  # one prefix, not the parser's too
     assert error_of(api.post(f"/subjects/{subject}/versions",
                              json={"schema": "{}", "schemaType": "XML"})) == (422, 42201)
     assert error_of(api.post(f"/subjects/{subject}/versions", json={"nothing": 1})

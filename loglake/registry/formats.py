@@ -124,5 +124,6 @@ def render(schema: RegisteredSchema, fmt: str | None,
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+    """The error as one line, without the parser's own "Invalid schema: " (callers add it)."""
+    text = " ".join((str(exc) or type(exc).__name__).split())
+    return text.removeprefix("Invalid schema: ")
