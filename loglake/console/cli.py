@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 
 from loglake import addresses
 from loglake.client.security import add_command_config_option
+from loglake.listen import http_socket
 
 DEFAULT_PORT = 8080
 
@@ -48,15 +48,10 @@ def run_console(args: argparse.Namespace) -> int:
     command_config = command_config_path(args.command_config,
                                          bootstrap_from_profile=from_profile)
     app = create_app(zookeeper, bootstrap=args.bootstrap_server, command_config=command_config)
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
+    sock, where = http_socket(args.host, args.port)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
-    print(f"console: http://{shown}:{port}/  (ZooKeeper {zookeeper})", flush=True)
+    print(f"console: http://{where}/  (ZooKeeper {zookeeper})", flush=True)
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 
 from loglake import addresses
+from loglake.listen import http_socket
 
 DEFAULT_PORT = 8081
 
@@ -69,21 +69,14 @@ def run_registry(args: argparse.Namespace) -> int:
         authenticate = ScramAuthenticator(EntityConfigStore(catalog.zk)) \
             if args.basic_auth else None
         app = create_app(service, authenticate=authenticate)
-        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-        # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so; without it
-        # a keep-alive client waits for its delayed ACK (~40 ms) on every response
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((args.host, args.port))
-        host, port = sock.getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
+        sock, where = http_socket(args.host, args.port)
         tls = {} if not args.certfile else {
             "ssl_certfile": args.certfile, "ssl_keyfile": args.keyfile or args.certfile}
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                 **tls)
         server = uvicorn.Server(config)
         scheme = "https" if args.certfile else "http"
-        print(f"schema.registry.url={scheme}://{shown}:{port}  (ZooKeeper {zookeeper})",
+        print(f"schema.registry.url={scheme}://{where}  (ZooKeeper {zookeeper})",
               flush=True)
         try:
             asyncio.run(server.serve(sockets=[sock]))
