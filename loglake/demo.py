@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loglake import demo_jobs, demo_txn
+from loglake import demo_jobs, demo_schemas, demo_txn
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.client import Admin, BrokerError, Consumer, Producer
 from loglake.client.model import TopicInfo
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     print(f"==> starting ZooKeeper and {BROKERS} brokers in {args.data}")
     info = cluster.up(args.data, brokers=BROKERS, base_port=args.base_port,
-                      broker_overrides=DEMO_BROKER_SETTINGS)
+                      broker_overrides=DEMO_BROKER_SETTINGS, registry=True)
     for line in info.summary_lines():
         print(f"    {line}")
     try:
@@ -68,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
             _tiered_query(info.zookeeper_connect, spark, status)
             demo_jobs.run(info.bootstrap_servers, info.zookeeper_connect, spark,
                           replicas=BROKERS)
+            if info.registry_url is not None:
+                demo_schemas.run(info.bootstrap_servers, info.zookeeper_connect,
+                                 info.registry_url, spark, replicas=BROKERS)
         finally:
             spark.stop()
     finally:

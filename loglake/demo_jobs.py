@@ -65,7 +65,7 @@ def run(bootstrap: str, zookeeper: str, spark: SparkSession, *, replicas: int) -
             "local.retention.ms": "0"})
     final = _produce_profiles(bootstrap)
     _produce_events(bootstrap)
-    _wait_tiered(zookeeper, (PROFILES, EVENTS))
+    wait_tiered(zookeeper, (PROFILES, EVENTS))
     with Cluster(zookeeper) as cluster:
         _compaction(bootstrap, cluster, spark, final)
         _retention(bootstrap, cluster, spark)
@@ -125,17 +125,19 @@ def wait_until(probe: Callable[[], tuple[bool, str]], *, what: str, timeout: flo
         time.sleep(interval)
 
 
-def _wait_tiered(zookeeper: str, topics: tuple[str, ...],
-                 timeout: float = TIERED_TIMEOUT_S) -> None:
-    """Until every sealed segment of ``topics`` is in Delta (the hot tail stays on brokers)."""
+def wait_tiered(zookeeper: str, topics: tuple[str, ...], *, partitions: int = 1,
+                timeout: float = TIERED_TIMEOUT_S) -> None:
+    """Until every sealed segment of partitions ``0 .. partitions-1`` of ``topics`` is in Delta
+    (the hot tail stays on brokers)."""
     catalog = ClusterCatalog(zookeeper)
     catalog.start()
 
     def probe() -> tuple[bool, str]:
-        status = {topic: catalog.tiering_status(topic).get(0, {}) for topic in topics}
-        state = ", ".join(f"{topic} tiered up to {s.get('tiered_end') or 0}, "
+        status = {(topic, p): catalog.tiering_status(topic).get(p, {})
+                  for topic in topics for p in range(partitions)}
+        state = ", ".join(f"{topic}-{p} tiered up to {s.get('tiered_end') or 0}, "
                           f"{s.get('lag_offsets', '?')} sealed offsets to go"
-                          for topic, s in status.items())
+                          for (topic, p), s in status.items())
         return all(s.get("tiered_end") and s.get("lag_offsets") == 0
                    for s in status.values()), state
 
