@@ -35,6 +35,7 @@ from kio.static.primitive import Records
 
 from loglake.broker.apis import API_TABLE
 from loglake.broker.codec import build, request_class
+from loglake.schemas.wire import varint
 
 st.register_type_strategy(Records, st.binary(max_size=48).map(Records))
 
@@ -173,16 +174,9 @@ def _walk_value(inner: Any, kafka_type: str | None, compact: bool, data: bytes, 
     return offset + size + max(length, 0)
 
 
-def encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+encode_uvarint = varint
+"""Kafka's unsigned varint of any value below 2**64: the same base-128 encoding as Protobuf's
+(kio's writer refuses values past uint32, which the mutations need)."""
 
 
 @st.composite

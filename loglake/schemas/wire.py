@@ -115,7 +115,9 @@ def _unzigzag(value: int) -> int:
     return (value >> 1) ^ -(value & 1)
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """``value`` as an unsigned base-128 varint (7 bits a byte, low group first, at most 64 bits:
+    Protobuf's and Kafka's unsigned varint)."""
     out = bytearray()
     value &= (1 << 64) - 1
     while True:
@@ -148,7 +150,7 @@ def encode_message_indexes(indexes: Sequence[int]) -> bytes:
     """The Protobuf message-index prefix (``[0]`` is the single byte 0)."""
     if list(indexes) == [0]:
         return b"\x00"
-    return _varint(_zigzag(len(indexes))) + b"".join(_varint(_zigzag(i)) for i in indexes)
+    return varint(_zigzag(len(indexes))) + b"".join(varint(_zigzag(i)) for i in indexes)
 
 
 MAX_MESSAGE_INDEXES = 64
