@@ -300,22 +300,22 @@ def _quote(subject: str) -> str:
 def _version(text: str) -> int | str:
     if text.strip().lower() in ("latest", "-1"):
         return "latest"
-    try:
-        number = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a version: {text!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"a version is >= 1 or latest, not {number}")
-    return number
+    return _at_least_one(text, "not a version", "a version is >= 1 or latest")
 
 
 def _positive_int(text: str) -> int:
+    return _at_least_one(text, "not a number", "must be >= 1")
+
+
+def _at_least_one(text: str, not_int: str, too_small: str) -> int:
+    """``text`` as an int >= 1; else argparse's error ``<not_int>: 'text'`` or
+    ``<too_small>, not N``."""
     try:
         number = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"{not_int}: {text!r}") from None
     if number < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {number}")
+        raise argparse.ArgumentTypeError(f"{too_small}, not {number}")
     return number
 
 

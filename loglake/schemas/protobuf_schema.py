@@ -462,10 +462,7 @@ def _message(message: descriptor_pb2.DescriptorProto, scope: str, syntax: str,
     if message.extension_range:
         out.append(f"{inner}extensions {_ranges(message.extension_range, True)};")
     out.extend(_extensions(message.extension, inner, syntax))
-    if message.reserved_range:
-        out.append(f"{inner}reserved {_ranges(message.reserved_range, True)};")
-    if message.reserved_name:
-        out.append(f"{inner}reserved {', '.join(_literal(n) for n in message.reserved_name)};")
+    out.extend(_reserved(message.reserved_range, message.reserved_name, inner, True))
     out.append(f"{indent}}}")
     return out
 
@@ -490,9 +487,16 @@ def _enum(enum: descriptor_pb2.EnumDescriptorProto, indent: str) -> list[str]:
         opts = _option_pairs(value.options)
         suffix = f" [{', '.join(f'{n} = {v}' for n, v in opts)}]" if opts else ""
         out.append(f"{inner}{value.name} = {value.number}{suffix};")
-    if enum.reserved_range:
-        out.append(f"{inner}reserved {_ranges(enum.reserved_range, False)};")
-    if enum.reserved_name:
-        out.append(f"{inner}reserved {', '.join(_literal(n) for n in enum.reserved_name)};")
+    out.extend(_reserved(enum.reserved_range, enum.reserved_name, inner, False))
     out.append(f"{indent}}}")
+    return out
+
+
+def _reserved(ranges: Any, names: Any, indent: str, exclusive_end: bool) -> list[str]:
+    """The ``reserved`` lines of a message or enum: its numbers, then its names."""
+    out = []
+    if ranges:
+        out.append(f"{indent}reserved {_ranges(ranges, exclusive_end)};")
+    if names:
+        out.append(f"{indent}reserved {', '.join(_literal(n) for n in names)};")
     return out
