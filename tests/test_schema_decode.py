@@ -54,6 +54,8 @@ CLICK_V1 = {"type": "record", "name": "Click", "namespace": "ex", "fields": [
 CLICK_V2 = {**CLICK_V1, "fields": [*CLICK_V1["fields"],
                                    {"name": "region", "type": ["null", "string"],
                                     "default": None}]}
+CLICK_V1_RECORD = {"user_id": 1, "url": "u", "count": 1, "score": 1.0, "ok": True, "tags": [],
+                   "attrs": {}, "ref": None, "raw": b"", "kind": "A"}
 
 
 def _registry() -> Any:
@@ -207,10 +209,8 @@ def test_avro_type_mapping() -> None:
 def test_avro_evolution_merges_and_old_records_read_null() -> None:
     client = _registry()
     v1 = AvroSerializer(client, json.dumps(CLICK_V1))
-    base = {"user_id": 1, "url": "u", "count": 1, "score": 1.0, "ok": True, "tags": [],
-            "attrs": {}, "ref": None, "raw": b"", "kind": "A"}
-    old = v1(base, CTX)
-    new = AvroSerializer(client, json.dumps(CLICK_V2))({**base, "region": "eu"}, CTX)
+    old = v1(CLICK_V1_RECORD, CTX)
+    new = AvroSerializer(client, json.dumps(CLICK_V2))({**CLICK_V1_RECORD, "region": "eu"}, CTX)
     source = _snapshot(client)
     versions = [v.id for v in source.versions("clicks-value")]
     assert len(versions) == 2
@@ -440,9 +440,7 @@ def test_protobuf_second_message_and_imports_by_reference() -> None:
 def test_bad_records_get_row_errors_and_never_raise() -> None:
     client = _registry()
     good = AvroSerializer(client, json.dumps(CLICK_V1))
-    base = {"user_id": 1, "url": "u", "count": 1, "score": 1.0, "ok": True, "tags": [],
-            "attrs": {}, "ref": None, "raw": b"", "kind": "A"}
-    ok = good(base, CTX)
+    ok = good(CLICK_V1_RECORD, CTX)
     schema_id = wire.schema_id_of(ok) or 0
     source = _snapshot(client)
     broken = RegisteredSchema(99, "AVRO", "{not a schema")
