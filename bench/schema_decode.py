@@ -18,22 +18,13 @@ import time
 
 import fastavro
 import pyarrow as pa
+from click_schema import CLICK
 
 from loglake.schemas import wire
 from loglake.schemas.arrow_types import arrow_type
 from loglake.schemas.decode import decode_column
 from loglake.schemas.model import RegisteredSchema
 from loglake.schemas.schema_set import SchemaSet
-
-CLICK = {"type": "record", "name": "Click", "namespace": "bench", "fields": [
-    {"name": "user_id", "type": "long"}, {"name": "url", "type": "string"},
-    {"name": "count", "type": "int"}, {"name": "score", "type": "double"},
-    {"name": "ok", "type": "boolean"},
-    {"name": "tags", "type": {"type": "array", "items": "string"}},
-    {"name": "attrs", "type": {"type": "map", "values": "long"}},
-    {"name": "ref", "type": ["null", "string"], "default": None},
-    {"name": "raw", "type": "bytes"},
-    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}}]}
 
 
 def records(count: int) -> pa.Array:

@@ -3,17 +3,18 @@
 
 :func:`create_topic` makes it with 16 MiB segments and ``segment.ms`` of 10 s; :func:`produce`
 writes ``records`` values of ``VALUE_BYTES`` (a 12-digit sequence number, then random bytes)
-round-robin over the partitions, then, once ``segment.ms`` has passed, one marker record per
-partition: it rolls the active segments, so every benchmark record gets tiered and the hot tail
-is just the markers. :func:`wait_tiered` returns once that is so. Every step is bounded by its
-``timeout`` and raises :class:`BenchmarkError` past it; progress goes to stderr.
+round-robin over the partitions (:func:`produce_values`, for values of the caller's), then, once
+``segment.ms`` has passed, one marker record per partition: it rolls the active segments, so every
+benchmark record gets tiered and the hot tail is just the markers. :func:`wait_tiered` returns
+once that is so. Every step is bounded by its ``timeout`` and raises :class:`BenchmarkError` past
+it; progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Producer
@@ -39,23 +40,33 @@ def create_topic(bootstrap: str, topic: str, partitions: int, *,
 
 def produce(bootstrap: str, topic: str, records: int, partitions: int, timeout: float) -> None:
     """Produce the benchmark records and then the markers (see the module docstring)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "1",
-                         "batch.size": 1_000_000, "compression.type": "none",
-                         "queue.buffering.max.messages": 500_000})
     pool = [os.urandom(VALUE_BYTES - 12) for _ in range(4096)]
+    produce_values(bootstrap, topic, lambda i: b"%012d" % i + pool[i & 4095], records,
+                   partitions, timeout, config={"compression.type": "none"})
+
+
+def produce_values(bootstrap: str, topic: str, value: Callable[[int], bytes | None],
+                   records: int, partitions: int, timeout: float, *,
+                   config: Mapping[str, str] | None = None, poll_every: int = 100_000) -> None:
+    """Produce ``value(i)`` for each ``i`` below ``records`` round-robin over the partitions
+    (producer settings for throughput, plus ``config``), progress every ``poll_every``
+    records; then, once ``segment.ms`` has passed, one marker record per partition."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "1",
+                         "batch.size": 1_000_000, "queue.buffering.max.messages": 500_000,
+                         **(config or {})})
     progress = Progress("produce", records)
     deadline = time.monotonic() + timeout
     for i in range(records):
-        value = b"%012d" % i + pool[i & 4095]
+        encoded = value(i)
         while True:
             try:
-                producer.produce(topic, value, partition=i % partitions)
+                producer.produce(topic, encoded, partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.01)
                 if time.monotonic() > deadline:
                     raise BenchmarkError("produce did not finish in time") from None
-        if i % 100_000 == 0:
+        if i % poll_every == 0:
             producer.poll(0)
             progress.update(i)
     if producer.flush(max(1.0, deadline - time.monotonic())):

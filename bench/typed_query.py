@@ -41,9 +41,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from measure import BenchmarkError, Progress, log, run_main, write_results
+from click_schema import CLICK
+from measure import BenchmarkError, log, run_main, write_results
 from produce_consume import machine_info
-from tiered_topic import SEGMENT_MS, create_topic, wait_tiered
+from tiered_topic import create_topic, produce_values, wait_tiered
 
 from loglake.dev.harness import DevCluster
 from loglake.streaming.sql_cli import quiet_session
@@ -51,15 +52,6 @@ from loglake.streaming.sql_cli import quiet_session
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TOPIC = "typed-query"
 USERS = 1000
-CLICK = {"type": "record", "name": "Click", "namespace": "bench", "fields": [
-    {"name": "user_id", "type": "long"}, {"name": "url", "type": "string"},
-    {"name": "count", "type": "int"}, {"name": "score", "type": "double"},
-    {"name": "ok", "type": "boolean"},
-    {"name": "tags", "type": {"type": "array", "items": "string"}},
-    {"name": "attrs", "type": {"type": "map", "values": "long"}},
-    {"name": "ref", "type": ["null", "string"], "default": None},
-    {"name": "raw", "type": "bytes"},
-    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}}]}
 
 
 def click(i: int) -> dict[str, Any]:
@@ -72,7 +64,6 @@ def click(i: int) -> dict[str, Any]:
 def produce(dev: DevCluster, records: int, partitions: int, timeout: float) -> None:
     """The Avro records through AvroSerializer, then one marker per partition after
     ``segment.ms`` (rolls the last segment: everything but the markers gets tiered)."""
-    from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -80,32 +71,8 @@ def produce(dev: DevCluster, records: int, partitions: int, timeout: float) -> N
     serializer = AvroSerializer(SchemaRegistryClient({"url": dev.registry_url}),
                                 json.dumps(CLICK))
     context = SerializationContext(TOPIC, MessageField.VALUE)
-    producer = Producer({"bootstrap.servers": dev.bootstrap_servers, "linger.ms": 20,
-                         "acks": "1", "batch.size": 1_000_000,
-                         "queue.buffering.max.messages": 500_000})
-    progress = Progress("produce", records)
-    deadline = time.monotonic() + timeout
-    for i in range(records):
-        value = serializer(click(i), context)
-        while True:
-            try:
-                producer.produce(TOPIC, value, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.01)
-                if time.monotonic() > deadline:
-                    raise BenchmarkError("produce did not finish in time") from None
-        if i % 50_000 == 0:
-            producer.poll(0)
-            progress.update(i)
-    if producer.flush(max(1.0, deadline - time.monotonic())):
-        raise BenchmarkError("produce did not finish in time")
-    progress.update(records, force=True)
-    time.sleep(SEGMENT_MS / 1000 + 1)
-    for partition in range(partitions):
-        producer.produce(TOPIC, b"marker", partition=partition)
-    if producer.flush(30):
-        raise BenchmarkError("the marker records were not delivered")
+    produce_values(dev.bootstrap_servers, TOPIC, lambda i: serializer(click(i), context),
+                   records, partitions, timeout, poll_every=50_000)
 
 
 def timed(runs: int, work: dict[str, Callable[[], dict[Any, int]]]
