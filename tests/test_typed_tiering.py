@@ -131,6 +131,15 @@ def _table(dev: DevCluster, topic: str) -> pa.Table:
     return pa.table(dt.to_pyarrow_dataset().to_table()).sort_by("offset")
 
 
+def _produce_clicks(dev: DevCluster, topic: str, numbers: range, *, v2: bool = False
+                    ) -> list[int]:
+    """``_click(i)`` for each ``i`` of ``numbers`` through AvroSerializer (CLICK_V1, or CLICK_V2
+    with ``v2``: registered under ``<topic>-value`` on first use); the acked offsets."""
+    serialize = _serializer("avro", _registry(dev), CLICK_V2 if v2 else CLICK_V1)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return _produce(dev, topic, [serialize(_click(i, v2=v2), ctx) for i in numbers])
+
+
 def _bad_value(i: int, good_id: int) -> bytes | None:
     """The deliberately bad values: 1 % of records, three kinds (no framing, an id nobody
     registered, a payload that does not decode)."""
@@ -338,13 +347,9 @@ def _rest(dev: DevCluster, method: str, path: str, body: dict[str, Any]) -> Any:
 def test_optimize_keeps_the_typed_columns(dev: DevCluster, topic_name: str) -> None:
     topic = f"opt-{topic_name}"
     create_topic(dev.bootstrap_servers, topic, 1, SMALL_SEGMENTS)
-    registry = _registry(dev)
-    ctx = SerializationContext(topic, MessageField.VALUE)
-    v1 = _serializer("avro", registry, CLICK_V1)
-    _produce(dev, topic, [v1(_click(i), ctx) for i in range(1500)])
+    _produce_clicks(dev, topic, range(1500))
     end = wait_tiered(dev.storage_url, topic, (0,), at_least=800, timeout=120)[0]
-    v2 = _serializer("avro", registry, CLICK_V2)
-    _produce(dev, topic, [v2(_click(i, v2=True), ctx) for i in range(1500, 3000)])
+    _produce_clicks(dev, topic, range(1500, 3000), v2=True)
     end = wait_tiered(dev.storage_url, topic, (0,), at_least=2000, timeout=120)[0]
     before = _table(dev, topic)
     table = TieredTable(Storage.from_url(dev.storage_url), topic)
@@ -368,10 +373,7 @@ def test_delete_records_keeps_the_typed_columns(dev: DevCluster, topic_name: str
     rows it keeps keep their typed columns."""
     topic = f"del-{topic_name}"
     create_topic(dev.bootstrap_servers, topic, 1, SMALL_SEGMENTS)
-    registry = _registry(dev)
-    ctx = SerializationContext(topic, MessageField.VALUE)
-    v1 = _serializer("avro", registry, CLICK_V1)
-    _produce(dev, topic, [v1(_click(i), ctx) for i in range(2000)])
+    _produce_clicks(dev, topic, range(2000))
     end = wait_tiered(dev.storage_url, topic, (0,), at_least=1500, timeout=120)[0]
     cut = 400  # inside the first file
     admin = AdminClient({"bootstrap.servers": dev.bootstrap_servers})
@@ -398,14 +400,10 @@ def test_spark_sql_reads_typed_columns_of_the_catalog_table_across_an_evolution(
 
     topic = f"sparkclicks-{topic_name}"
     create_topic(dev.bootstrap_servers, topic, 1, SMALL_SEGMENTS)
-    registry = _registry(dev)
-    ctx = SerializationContext(topic, MessageField.VALUE)
-    v1 = _serializer("avro", registry, CLICK_V1)
-    _produce(dev, topic, [v1(_click(i), ctx) for i in range(1500)])
+    _produce_clicks(dev, topic, range(1500))
     wait_tiered(dev.storage_url, topic, (0,), at_least=800, timeout=120)
     version_v1 = DeltaTable(Storage.from_url(dev.storage_url).table_uri(topic)).version()
-    v2 = _serializer("avro", registry, CLICK_V2)
-    _produce(dev, topic, [v2(_click(i, v2=True), ctx) for i in range(1500, 3000)])
+    _produce_clicks(dev, topic, range(1500, 3000), v2=True)
     end = wait_tiered(dev.storage_url, topic, (0,), at_least=2000, timeout=120)[0]
 
     qualified = register_tables(spark, zookeeper=dev.zookeeper_connect, topics=[topic])[topic]
