@@ -224,21 +224,30 @@ def test_untyped_reads_are_unchanged(spark: SparkSession, dev: DevCluster,
     assert plain.count() == V1_COUNT + V2_COUNT + len(BAD_VALUES)
 
 
-def test_json_schema_topic(spark: SparkSession, dev: DevCluster) -> None:
-    from confluent_kafka.schema_registry.json_schema import JSONSerializer
-
+def _tiered_view(spark: SparkSession, dev: DevCluster, topic: str, values: list[Any],
+                 serialize: Callable[..., bytes]) -> str:
+    """Create ``topic`` (2 partitions), produce ``values`` (each with a ``user_id`` of
+    ``u<i % USERS>``), wait until 50 records of each partition are tiered and register the
+    topic's view; check ``GROUP BY value.user_id`` over it; the view's quoted name."""
     from loglake.streaming.sql_views import quote_identifier, register_topics
 
-    topic = f"visits-{uuid.uuid4().hex[:6]}"
     create_topic(dev.bootstrap_servers, topic, 2, SMALL_SEGMENTS)
-    serializer = JSONSerializer(json.dumps(JSON_SCHEMA), _registry(dev))
-    _produce(dev, topic, [{"user_id": f"u{i % USERS}", "ms": i, "score": i / 2}
-                          for i in range(JSON_COUNT)], serializer)
+    _produce(dev, topic, values, serialize)
     wait_tiered(dev.zookeeper_connect, topic, {0: 50, 1: 50}, timeout=120)
     register_topics(spark, zookeeper=dev.zookeeper_connect, topics=[topic])
     name = quote_identifier(topic)
     counts = _user_counts(spark, f"SELECT value.user_id, count(*) FROM {name} GROUP BY 1")
-    assert counts == Counter(f"u{i % USERS}" for i in range(JSON_COUNT))
+    assert counts == Counter(f"u{i % USERS}" for i in range(len(values)))
+    return name
+
+
+def test_json_schema_topic(spark: SparkSession, dev: DevCluster) -> None:
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    serializer = JSONSerializer(json.dumps(JSON_SCHEMA), _registry(dev))
+    name = _tiered_view(spark, dev, f"visits-{uuid.uuid4().hex[:6]}",
+                        [{"user_id": f"u{i % USERS}", "ms": i, "score": i / 2}
+                         for i in range(JSON_COUNT)], serializer)
     total = spark.sql(f"SELECT sum(value.ms), sum(value.score) FROM {name}").collect()[0]
     assert total[0] == sum(range(JSON_COUNT)) and total[1] == sum(range(JSON_COUNT)) / 2
 
@@ -265,19 +274,11 @@ def _click_message_class() -> Any:
 def test_protobuf_topic(spark: SparkSession, dev: DevCluster) -> None:
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 
-    from loglake.streaming.sql_views import quote_identifier, register_topics
-
     click = _click_message_class()
-    topic = f"pclicks-{uuid.uuid4().hex[:6]}"
-    create_topic(dev.bootstrap_servers, topic, 2, SMALL_SEGMENTS)
     serializer = ProtobufSerializer(click, _registry(dev), {"use.deprecated.format": False})
-    _produce(dev, topic, [click(user_id=f"u{i % USERS}", n=i, tags=["a"] * (i % 3))
-                          for i in range(PROTO_COUNT)], serializer)
-    wait_tiered(dev.zookeeper_connect, topic, {0: 50, 1: 50}, timeout=120)
-    register_topics(spark, zookeeper=dev.zookeeper_connect, topics=[topic])
-    name = quote_identifier(topic)
-    counts = _user_counts(spark, f"SELECT value.user_id, count(*) FROM {name} GROUP BY 1")
-    assert counts == Counter(f"u{i % USERS}" for i in range(PROTO_COUNT))
+    name = _tiered_view(spark, dev, f"pclicks-{uuid.uuid4().hex[:6]}",
+                        [click(user_id=f"u{i % USERS}", n=i, tags=["a"] * (i % 3))
+                         for i in range(PROTO_COUNT)], serializer)
     row = spark.sql(f"SELECT sum(value.n), sum(size(value.tags)) FROM {name}").collect()[0]
     assert tuple(row) == (sum(range(PROTO_COUNT)), sum(i % 3 for i in range(PROTO_COUNT)))
 
