@@ -6,6 +6,10 @@ test, which signals only the process it started.
 once ``GET /`` answers (any status: 401 counts with ``--basic-auth``); ``registry.url`` is the
 base URL. :meth:`RegistryProcess.restart` starts it again on the same port (a killed one's port
 may take a moment to be bindable: the start is retried, bounded).
+
+For module-scoped fixtures (``yield from`` them): :func:`own_cluster`, a cluster of the module's
+own (its own ZooKeeper chroot, so global config and mode changes touch no other module), and
+:func:`module_registry`, one registry process for the module.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
+import pytest
 
+from loglake.dev.harness import DevCluster
 from loglake.dev.net import free_port_block
 from tests.child_process import LoggedChild
 
@@ -82,3 +88,18 @@ def registry_process(log_path: Path, zookeeper: str, *, extra: Sequence[str] = (
         yield registry.start()
     finally:
         registry.kill()
+
+
+def own_cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str, name: str
+                ) -> Iterator[DevCluster]:
+    """A cluster in a fresh temporary directory ``name`` on the session's ZooKeeper (a chroot
+    of its own)."""
+    with DevCluster(tmp_path_factory.mktemp(name) / "dev", zookeeper=zookeeper_hosts) as cluster:
+        yield cluster
+
+
+def module_registry(tmp_path_factory: pytest.TempPathFactory, zookeeper: str, name: str
+                    ) -> Iterator[RegistryProcess]:
+    """A registry process on ``zookeeper``, logging into a fresh temporary directory ``name``."""
+    with registry_process(tmp_path_factory.mktemp(name) / "registry.log", zookeeper) as process:
+        yield process

@@ -16,7 +16,12 @@ import httpx
 import pytest
 
 from loglake.dev.harness import DevCluster
-from tests.registry_process import RegistryProcess, registry_process
+from tests.registry_process import (
+    RegistryProcess,
+    module_registry,
+    own_cluster,
+    registry_process,
+)
 
 MEDIA = "application/vnd.schemaregistry.v1+json"
 
@@ -33,17 +38,13 @@ REQ_C = {"name": "c", "type": "string"}
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
         ) -> Iterator[DevCluster]:
-    data = tmp_path_factory.mktemp("registry-api")
-    with DevCluster(data / "dev", zookeeper=zookeeper_hosts) as cluster:
-        yield cluster
+    yield from own_cluster(tmp_path_factory, zookeeper_hosts, "registry-api")
 
 
 @pytest.fixture(scope="module")
 def registry(dev: DevCluster, tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[RegistryProcess]:
-    log = tmp_path_factory.mktemp("registry-api-log") / "registry.log"
-    with registry_process(log, dev.zookeeper_connect) as process:
-        yield process
+    yield from module_registry(tmp_path_factory, dev.zookeeper_connect, "registry-api-log")
 
 
 @pytest.fixture

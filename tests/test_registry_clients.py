@@ -34,15 +34,13 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from loglake.dev.harness import DevCluster
 from tests.clients import consume_messages
-from tests.registry_process import RegistryProcess, registry_process
+from tests.registry_process import RegistryProcess, module_registry
 
 
 @pytest.fixture(scope="module")
 def registry(cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory
              ) -> Iterator[RegistryProcess]:
-    log = tmp_path_factory.mktemp("registry-clients") / "registry.log"
-    with registry_process(log, cluster.zookeeper_connect) as process:
-        yield process
+    yield from module_registry(tmp_path_factory, cluster.zookeeper_connect, "registry-clients")
 
 
 @pytest.fixture

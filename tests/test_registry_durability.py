@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from loglake.dev.harness import DevCluster
-from tests.registry_process import registry_process
+from tests.registry_process import own_cluster, registry_process
 
 SUBJECTS = 5
 VERSIONS = 6
@@ -26,9 +26,7 @@ VERSIONS = 6
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
         ) -> Iterator[DevCluster]:
-    data = tmp_path_factory.mktemp("registry-durability")
-    with DevCluster(data / "dev", zookeeper=zookeeper_hosts) as cluster:
-        yield cluster
+    yield from own_cluster(tmp_path_factory, zookeeper_hosts, "registry-durability")
 
 
 def schema(name: str, fields: int) -> str:
