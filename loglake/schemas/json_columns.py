@@ -105,26 +105,22 @@ NULL = Mapped(pa.null(), _check("null", lambda value: _BAD))
 
 
 def _object_check(inner: Mapped) -> Mapped:
-    fn = inner.convert
-
-    def convert(value: Any) -> Any:
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise SchemaDecodeError(f"expected object, got {_json_kind(value)}")
-        return value if fn is None else fn(value)
-
-    return Mapped(inner.type, convert, inner.unconvert)
+    return _container_check(inner, dict, "object")
 
 
 def _array_check(inner: Mapped) -> Mapped:
+    return _container_check(inner, list, "array")
+
+
+def _container_check(inner: Mapped, container: type, kind: str) -> Mapped:
+    """``inner`` refusing a non-null value that is not a ``container`` (JSON ``kind``)."""
     fn = inner.convert
 
     def convert(value: Any) -> Any:
         if value is None:
             return None
-        if not isinstance(value, list):
-            raise SchemaDecodeError(f"expected array, got {_json_kind(value)}")
+        if not isinstance(value, container):
+            raise SchemaDecodeError(f"expected {kind}, got {_json_kind(value)}")
         return value if fn is None else fn(value)
 
     return Mapped(inner.type, convert, inner.unconvert)
