@@ -127,10 +127,7 @@ class SchemaStore:
     def ids(self) -> list[int]:
         """Every schema id, ascending."""
         with _typed_errors("listing schema ids"):
-            try:
-                children = self._zk.get_children(IDS)
-            except NoNodeError:
-                return []
+            children = self._children(IDS)
         return sorted(int(c) for c in children if c.isdigit())
 
     def id_for(self, schema_type: SchemaType, schema: str,
@@ -203,17 +200,8 @@ class SchemaStore:
     def subjects(self) -> list[str]:
         """Every subject with at least one version znode (soft-deleted ones included)."""
         with _typed_errors("listing subjects"):
-            try:
-                nodes = self._zk.get_children(SUBJECTS)
-            except NoNodeError:
-                return []
-            names = []
-            for node in nodes:
-                try:
-                    if self._zk.get_children(f"{SUBJECTS}/{node}"):
-                        names.append(subject_of_node(node))
-                except NoNodeError:
-                    continue
+            names = [subject_of_node(node) for node in self._children(SUBJECTS)
+                     if self._children(f"{SUBJECTS}/{node}")]
         return sorted(names)
 
     def versions(self, subject: str) -> list[SubjectVersion]:
@@ -221,11 +209,7 @@ class SchemaStore:
         base = f"{SUBJECTS}/{subject_node(subject)}"
         result = []
         with _typed_errors(f"reading subject {subject}"):
-            try:
-                children = self._zk.get_children(base)
-            except NoNodeError:
-                return []
-            for child in sorted((c for c in children if c.isdigit()), key=int):
+            for child in sorted((c for c in self._children(base) if c.isdigit()), key=int):
                 try:
                     raw, _ = self._zk.get(f"{base}/{child}")
                 except NoNodeError:
@@ -285,6 +269,13 @@ class SchemaStore:
                 if v.id == schema_id and not v.deleted]
 
     # ------------------------------------------------------------------ config and mode
+    def _children(self, path: str) -> list[str]:
+        """The children of ``path`` ([]: no such znode)."""
+        try:
+            return list(self._zk.get_children(path))
+        except NoNodeError:
+            return []
+
     def _setting(self, base: str, subject: str | None, key: str) -> str | None:
         node = GLOBAL if subject is None else subject_node(subject)
         with _typed_errors("reading a registry setting"):
