@@ -504,7 +504,9 @@ _AVRO_LEAF = st.sampled_from(["int", "long", "float", "double", "boolean", "stri
 
 
 @st.composite
-def _avro_records(draw: st.DrawFn, depth: int = 0) -> dict[str, object]:
+def _avro_records(draw: st.DrawFn, depth: int = 0, path: str = "") -> dict[str, object]:
+    """A random record schema; nested record types are named by their field path (``N_a_b``),
+    so two nested records never share a full name (Avro refuses a redefined named type)."""
     names = draw(st.lists(_NAMES, min_size=1, max_size=5, unique=True))
     fields: list[dict[str, object]] = []
     for name in names:
@@ -518,8 +520,8 @@ def _avro_records(draw: st.DrawFn, depth: int = 0) -> dict[str, object]:
         elif kind == "nullable":
             fields.append({"name": name, "type": ["null", leaf], "default": None})
         else:
-            nested = draw(_avro_records(depth + 1))
-            fields.append({"name": name, "type": {**nested, "name": f"N{depth}{name}"}})
+            nested = draw(_avro_records(depth + 1, f"{path}_{name}"))
+            fields.append({"name": name, "type": {**nested, "name": f"N{path}_{name}"}})
     return {"type": "record", "name": f"R{depth}", "namespace": "ns", "fields": fields}
 
 
