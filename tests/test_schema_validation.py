@@ -30,7 +30,6 @@ from loglake.broker.schema_validation import (
     RETRY_UNKNOWN_S,
     SchemaValidation,
     framing_problem,
-    subject_for,
     validated_sides,
 )
 from loglake.catalog.schemas import SchemaStore
@@ -38,6 +37,7 @@ from loglake.catalog.zookeeper import ZooKeeperUnavailableError
 from loglake.config import TopicConfig
 from loglake.dev.harness import DevCluster, wait_until
 from loglake.errors import InvalidRecordError
+from loglake.schemas.typed_sides import configured_subject
 from loglake.segments.records import Record, encode_batch
 from tests.admin_util import create_topic
 from tests.wire import WireClient
@@ -78,9 +78,10 @@ def test_subject_and_sides_from_the_topic_config() -> None:
     both = TopicConfig(confluent_value_schema_validation=True,
                        confluent_key_schema_validation=True, key_schema_subject=" keys ")
     assert validated_sides(both) == ("key", "value")
-    assert subject_for("clicks", both, "value") == "clicks-value"
-    assert subject_for("clicks", both, "key") == "keys"
-    assert subject_for("clicks", TopicConfig(value_schema_subject="shared"), "value") == "shared"
+    assert configured_subject("clicks", both, "value") == "clicks-value"
+    assert configured_subject("clicks", both, "key") == "keys"
+    shared = TopicConfig(value_schema_subject="shared")
+    assert configured_subject("clicks", shared, "value") == "shared"
 
 
 class FakeClock:

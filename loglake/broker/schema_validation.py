@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,15 +46,14 @@ from typing import Any, Literal
 
 from loglake.config import TopicConfig
 from loglake.errors import InvalidRecordError, LoglakeError, RecordError
+from loglake.schemas import wire
+from loglake.schemas.typed_sides import configured_subject
 from loglake.segments.batch import iter_batches
 from loglake.segments.records import decode_records
 
 log = logging.getLogger(__name__)
 
 Side = Literal["key", "value"]
-MAGIC_BYTE = 0
-FRAMING_SIZE = 5
-"""Magic byte + int32 schema id."""
 FRESH_S = 1.0
 """A subject's cached ids are refreshed in the background once older than this."""
 RETRY_UNKNOWN_S = 0.25
@@ -63,17 +61,8 @@ RETRY_UNKNOWN_S = 0.25
 MAX_RECORD_ERRORS = 20
 """At most this many ``record_errors`` per refused partition (the message counts them all)."""
 
-_ID = struct.Struct(">i")
-
 SubjectReader = Callable[[str], Awaitable[frozenset[int]]]
 """Reads a subject's live schema ids (off the event loop)."""
-
-
-def subject_for(topic: str, config: TopicConfig, side: Side) -> str:
-    """The subject a side of ``topic`` validates against (the config's, else
-    TopicNameStrategy's ``<topic>-<side>``)."""
-    configured = config.value_schema_subject if side == "value" else config.key_schema_subject
-    return configured.strip() or f"{topic}-{side}"
 
 
 def validated_sides(config: TopicConfig) -> tuple[Side, ...]:
@@ -91,12 +80,12 @@ def framing_problem(data: bytes | None, ids: frozenset[int], side: Side,
     """What is wrong with one record's key or value (None: it passes). Pure."""
     if data is None:
         return None
-    if len(data) < FRAMING_SIZE or data[0] != MAGIC_BYTE:
-        if data and data[0] != MAGIC_BYTE:
+    schema_id = wire.schema_id_of(data)
+    if schema_id is None:
+        if data and data[0] != wire.MAGIC_BYTE:
             return (f"{side} is not framed with a schema id (magic byte 0x{data[0]:02x}, "
                     f"expected 0x00)")
         return f"{side} of {len(data)} bytes is too short for the schema id framing"
-    schema_id = _ID.unpack_from(data, 1)[0]
     if schema_id not in ids:
         return f"{side} schema id {schema_id} is not registered under subject {subject!r}"
     return None
@@ -144,7 +133,7 @@ class SchemaValidation:
         sides = validated_sides(config)
         if not sides:
             return
-        subjects = {side: subject_for(topic, config, side) for side in sides}
+        subjects = {side: configured_subject(topic, config, side) for side in sides}
         known = {side: await self._ids(subjects[side]) for side in sides}
         errors = self._problems(records, sides, subjects, known)
         if errors and any(self._worth_rereading(subjects[s]) for s in sides):

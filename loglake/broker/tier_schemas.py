@@ -30,7 +30,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import cast
 
 import pyarrow as pa
 
@@ -39,7 +38,7 @@ from loglake.catalog.schemas import SchemaStore
 from loglake.config import TopicConfig
 from loglake.schemas.model import RegisteredSchema, SchemaReference, SubjectVersion
 from loglake.schemas.schema_set import SchemaSet
-from loglake.schemas.typed_sides import SchemaTopicConfig, typed_sides
+from loglake.schemas.typed_sides import typed_sides
 from loglake.segments.tier_typing import TierTyping
 
 SUBJECT_REFRESH_S = 2.0
@@ -126,8 +125,7 @@ class TierSchemas:
 
     def _typing(self, topic: str, config: TopicConfig, current: dict[str, pa.DataType]
                 ) -> TierTyping | None:
-        sides = typed_sides(topic, cast(SchemaTopicConfig, config),  # frozen: read-only fields
-                            lambda subject: bool(self._cache.versions(subject)))
+        sides = typed_sides(topic, config, lambda subject: bool(self._cache.versions(subject)))
         subjects = {side: subject for side, subject in
                     (("key", sides.key_subject), ("value", sides.value_subject))
                     if subject is not None}

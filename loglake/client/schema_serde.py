@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import functools
 import os
-import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -65,6 +64,7 @@ from loglake.client.schema_registry import (
 )
 from loglake.client.security import SecurityConfig
 from loglake.errors import LoglakeError
+from loglake.schemas.wire import schema_id_of
 
 SchemaType = Literal["AVRO", "JSON", "PROTOBUF"]
 SCHEMA_TYPES: tuple[SchemaType, ...] = ("AVRO", "JSON", "PROTOBUF")
@@ -72,8 +72,6 @@ Format = Literal["registry", "raw"]
 OnError = Literal["raise", "keep"]
 RegistryInput = RegistrySettings | Mapping[str, str] | str
 
-MAGIC_BYTE = 0
-_ID = struct.Struct(">i")
 
 
 class SchemaSerdeError(LoglakeError):
@@ -121,13 +119,6 @@ def registry_settings(registry: RegistryInput | None,
         "no schema registry given",
         hint=f"pass registry=URL (or client properties with schema.registry.url), or set "
              f"${REGISTRY_URL_ENV}")
-
-
-def schema_id_of(data: bytes | None) -> int | None:
-    """The schema id of Confluent-framed bytes (None: null or not framed)."""
-    if data is None or len(data) < 5 or data[0] != MAGIC_BYTE:
-        return None
-    return int(_ID.unpack_from(data, 1)[0])
 
 
 # ------------------------------------------------------------------------------ producing

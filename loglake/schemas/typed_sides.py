@@ -52,6 +52,14 @@ def default_subject(topic: str, side: str) -> str:
     return f"{topic}-{side}"
 
 
+def configured_subject(topic: str, topic_config: SchemaTopicConfig, side: str) -> str:
+    """The subject a side of ``topic`` names: its ``value.schema.subject`` /
+    ``key.schema.subject`` when set, else :func:`default_subject` (whether or not it exists)."""
+    configured = (topic_config.value_schema_subject if side == "value"
+                  else topic_config.key_schema_subject)
+    return configured.strip() or default_subject(topic, side)
+
+
 def typed_sides(topic: str, topic_config: SchemaTopicConfig,
                 subject_exists: Callable[[str], bool]) -> TypedSides:
     """The typed sides of ``topic`` (module docstring). ``subject_exists(subject)``: whether
