@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -114,26 +114,33 @@ class TierSchemas:
             self._store = SchemaStore(self._zookeeper.catalog.zk)
         return self._store
 
-    async def typing(self, topic: str, current: Mapping[str, pa.DataType]
+    async def typing(self, topic: str,
+                     current: Callable[[], Awaitable[Mapping[str, pa.DataType]]]
                      ) -> TierTyping | None:
         """What the worker needs to type ``topic``'s rows (None: no side is typed);
-        ``current``: the table's ``<side>_typed`` types (tier_rows.side_types)."""
+        ``current``: reads the table's ``<side>_typed`` types (tier_rows.side_types), called
+        only when a side is typed."""
         config = self._topic_config(topic)
         if config is None or not config.schema_columns_enable:
             return None
-        return await self._zookeeper.call(self._typing, topic, config, dict(current))
+        found = await self._zookeeper.call(self._subjects, topic, config)
+        if found is None:
+            return None
+        subjects, schemas = found
+        types = await current()
+        return TierTyping(subjects=subjects, schemas=schemas,
+                          current={side: types[side] for side in subjects if side in types})
 
-    def _typing(self, topic: str, config: TopicConfig, current: dict[str, pa.DataType]
-                ) -> TierTyping | None:
+    def _subjects(self, topic: str, config: TopicConfig
+                  ) -> tuple[dict[str, str], SchemaSet] | None:
+        """The typed sides' subjects and a snapshot of their schemas (None: none typed)."""
         sides = typed_sides(topic, config, lambda subject: bool(self._cache.versions(subject)))
         subjects = {side: subject for side, subject in
                     (("key", sides.key_subject), ("value", sides.value_subject))
                     if subject is not None}
         if not subjects:
             return None
-        schemas = SchemaSet.collect(self._cache, subjects=sorted(set(subjects.values())))
-        return TierTyping(subjects=subjects, schemas=schemas,
-                          current={side: current[side] for side in subjects if side in current})
+        return subjects, SchemaSet.collect(self._cache, subjects=sorted(set(subjects.values())))
 
     async def resolve(self, typing: TierTyping, missing: Sequence[int]) -> TierTyping:
         """``typing`` with the ``missing`` ids the store knows added and the others marked

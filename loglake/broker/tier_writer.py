@@ -306,11 +306,15 @@ class TierWriter:
 
     async def _typing(self, topic: str) -> TierTyping | None:
         """How the worker types ``topic``'s rows (None: no side is typed); the table's
-        current typed types come from the writer's snapshot (a worker thread)."""
+        current typed types come from the writer's snapshot (a worker thread), read only for
+        a typed topic."""
         if self._schemas is None:
             return None
         writer = self._state.writer(topic)
-        current = side_types(await writer.call(writer.table.typed_schema))
+
+        async def current() -> dict[str, pa.DataType]:
+            return side_types(await writer.call(writer.table.typed_schema))
+
         return await self._schemas.typing(topic, current)
 
     async def _record_table_stats(self, topic: str) -> None:
