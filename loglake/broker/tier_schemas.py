@@ -134,10 +134,8 @@ class TierSchemas:
     def _subjects(self, topic: str, config: TopicConfig
                   ) -> tuple[dict[str, str], SchemaSet] | None:
         """The typed sides' subjects and a snapshot of their schemas (None: none typed)."""
-        sides = typed_sides(topic, config, lambda subject: bool(self._cache.versions(subject)))
-        subjects = {side: subject for side, subject in
-                    (("key", sides.key_subject), ("value", sides.value_subject))
-                    if subject is not None}
+        subjects = typed_sides(
+            topic, config, lambda subject: bool(self._cache.versions(subject))).by_side()
         if not subjects:
             return None
         return subjects, SchemaSet.collect(self._cache, subjects=sorted(set(subjects.values())))

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
-from typing import cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,7 +49,7 @@ from loglake.compaction.common import (
 )
 from loglake.errors import LoglakeError
 from loglake.schemas.schema_set import SchemaSet
-from loglake.schemas.typed_sides import SchemaTopicConfig, typed_sides
+from loglake.schemas.typed_sides import typed_sides
 from loglake.schemas.wire import schema_ids
 from loglake.segments.storage import parse_storage_options
 from loglake.segments.tier_rows import conform_rows, side_types, typed_names
@@ -176,10 +175,8 @@ def run_backfill(cluster: Cluster, *, topic: str, dry_run: bool = False,
     progress = progress or Progress()
     target = cluster.targets(topic)[0]
     store = SchemaStore(cluster.catalog.zk)
-    found = typed_sides(topic, cast(SchemaTopicConfig, target.config),
-                        lambda subject: bool(store.versions(subject)))
-    sides = {side: subject for side, subject in
-             (("key", found.key_subject), ("value", found.value_subject)) if subject}
+    sides = typed_sides(topic, target.config,
+                        lambda subject: bool(store.versions(subject))).by_side()
     if not sides:
         if not target.config.schema_columns_enable:
             raise LoglakeError(f"topic {topic} has schema.columns.enable=false",

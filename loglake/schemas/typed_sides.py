@@ -39,6 +39,12 @@ class TypedSides(NamedTuple):
     def any(self) -> bool:
         return self.key_subject is not None or self.value_subject is not None
 
+    def by_side(self) -> dict[str, str]:
+        """``{"key": subject, "value": subject}`` with the typed sides only."""
+        return {side: subject for side, subject in
+                (("key", self.key_subject), ("value", self.value_subject))
+                if subject is not None}
+
     def subject(self, side: str) -> str | None:
         """The subject of ``"key"`` or ``"value"``."""
         return self.key_subject if side == "key" else self.value_subject

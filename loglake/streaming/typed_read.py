@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -156,14 +156,13 @@ def topic_subject(catalog: ClusterCatalog, topic: str, side: Side,
     or ``<topic>-<side>`` when it exists); None: the side is not typed."""
     from loglake.catalog.schemas import SchemaStore
     from loglake.config import TopicConfig
-    from loglake.schemas.typed_sides import SchemaTopicConfig, typed_sides
+    from loglake.schemas.typed_sides import typed_sides
 
     if given is not None:
         return given
     store = SchemaStore(catalog.zk)
     config = TopicConfig.from_overrides(catalog.topic_config(topic))
-    sides = typed_sides(topic, cast(SchemaTopicConfig, config),  # frozen: read-only fields
-                        lambda subject: bool(store.versions(subject)))
+    sides = typed_sides(topic, config, lambda subject: bool(store.versions(subject)))
     return sides.value_subject if side == "value" else sides.key_subject
 
 
@@ -171,15 +170,10 @@ def table_side_type(storage: Storage | None, topic: str, side: Side) -> pa.DataT
     """The type of the topic table's ``<side>_typed`` column (None: no table / no column)."""
     if storage is None:
         return None
-    from deltalake import DeltaTable
+    from loglake.segments.tier_rows import side_types
+    from loglake.segments.tiered_table import TieredTable
 
-    uri = storage.table_uri(topic)
-    options = storage.delta_options()
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
-        return None
-    schema = pa.schema(DeltaTable(uri, storage_options=options).schema().to_arrow())
-    name = f"{side}_typed"
-    return schema.field(name).type if name in schema.names else None
+    return side_types(TieredTable(storage, topic).typed_schema()).get(side)
 
 
 def subject_schemas(store: Any, subject: str) -> list[RegisteredSchema]:
