@@ -86,6 +86,7 @@ def _produce(bootstrap: str, registry_url: str) -> dict[str, int]:
 
 
 def _query(spark: SparkSession, zookeeper: str, expected: dict[str, int]) -> None:
+    from loglake.streaming.session import delta_enabled
     from loglake.streaming.sql_views import register_topics
 
     register_topics(spark, zookeeper=zookeeper, topics=[TOPIC])
@@ -102,10 +103,9 @@ def _query(spark: SparkSession, zookeeper: str, expected: dict[str, int]) -> Non
                        f"WHERE value_error IS NOT NULL").collect()
     print(f"    records in value_error: {len(errors)} "
           f"(e.g. {errors[0]['value_error'] if errors else '-'!r})")
-    tiered = spark.sql(f"SELECT count(*) AS n FROM loglake.{TOPIC.replace('.', '_')} "
-                       f"WHERE value_typed IS NOT NULL").collect()[0]["n"] \
-        if _catalog_table(spark) else None
-    if tiered is not None:
+    if delta_enabled(spark):
+        tiered = spark.sql(f"SELECT count(*) AS n FROM loglake.{TOPIC.replace('.', '_')} "
+                           f"WHERE value_typed IS NOT NULL").collect()[0]["n"]
         print(f"    of them in Delta with typed columns: {tiered:,} "
               f"(catalog table loglake.{TOPIC.replace('.', '_')}, column value_typed)")
     counts = {row["customer"]: row["orders"] for row in rows}
@@ -120,8 +120,3 @@ def _query(spark: SparkSession, zookeeper: str, expected: dict[str, int]) -> Non
             f"(expected {sum(expected.values())}), {coupons} coupons (expected {V2_RECORDS}), "
             f"{len(errors)} decode errors (expected {BAD_RECORDS})")
 
-
-def _catalog_table(spark: SparkSession) -> bool:
-    from loglake.streaming.session import delta_enabled
-
-    return delta_enabled(spark)
