@@ -23,10 +23,13 @@ from loglake.broker.metrics.loop_histogram import HistogramCells
 from loglake.broker.metrics.registry import BrokerMetrics
 from loglake.broker.metrics.request_timing import RequestTiming, remote_begin, remote_end
 from loglake.catalog.zookeeper import ClusterCatalog
+from loglake.client import Admin
 from loglake.config import BrokerConfig
 from loglake.dev import cluster
 from loglake.dev.harness import DevCluster, wait_until
 from loglake.errors import InvalidConfigError
+from tests.admin_util import create_topic
+from tests.tiering_util import SMALL_SEGMENTS, produce, wait_local_start
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -182,6 +185,48 @@ def test_fetches_count_bytes_out_and_failures(metrics_dev: DevCluster, metrics_u
         before, "kafka_server_brokertopicmetrics_totalfetchrequests_total")
     assert value(after, "kafka_network_requestmetrics_errors_total", request="Fetch",
                  error="OFFSET_OUT_OF_RANGE") >= 1
+
+
+def test_deleted_topic_drops_its_traffic_counters(metrics_dev: DevCluster,
+                                                  metrics_url: str) -> None:
+    """Kafka's BrokerTopicStats.removeMetrics: a deleted topic's per-topic samples go; the
+    all-topics ones keep what was counted."""
+    topic = f"metrics-gone-{uuid.uuid4().hex[:8]}"
+    metrics_dev.create_topic(topic, partitions=1)
+    _produce(metrics_dev, topic, 20)
+    name = "kafka_server_brokertopicmetrics_messagesin_total"
+    before = scrape(metrics_url)
+    assert value(before, name, topic=topic) == 20
+    with Admin(metrics_dev.bootstrap_servers) as admin:
+        admin.delete_topic(topic)
+
+    def dropped() -> bool:
+        return not any(dict(labels).get("topic") == topic for _, labels in scrape(metrics_url))
+
+    wait_until(dropped, 30, f"the samples of deleted topic {topic} to go")
+    assert value(scrape(metrics_url), name) >= value(before, name)  # all topics: kept
+
+
+def test_tier_reads_count_as_remote_time(metrics_dev: DevCluster, metrics_url: str) -> None:
+    """ListOffsets by time below the local log start reads the Delta table: remote time (as
+    Kafka's remote-storage reads), where a local ListOffsets has none."""
+    topic = f"metrics-tier-{uuid.uuid4().hex[:8]}"
+    create_topic(metrics_dev.bootstrap_servers, topic,
+                 config={**SMALL_SEGMENTS, "local.retention.ms": "0"})
+    sent = produce(metrics_dev.bootstrap_servers, topic, 2000)
+    wait_local_start(metrics_dev.zookeeper_connect, topic, (0,), above=300)
+    remote_sum = "kafka_network_requestmetrics_remotetimems_sum"
+    before = value(scrape(metrics_url), remote_sum, request="ListOffsets")
+    consumer = Consumer({"bootstrap.servers": metrics_dev.bootstrap_servers, "group.id": "t"})
+    try:
+        for target in (sent[10], sent[120], sent[200]):
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, 0, target.timestamp)], timeout=15)
+            assert found[0].offset == target.offset
+    finally:
+        consumer.close()
+    after = value(scrape(metrics_url), remote_sum, request="ListOffsets")
+    assert after > before
 
 
 @pytest.mark.parametrize(("method", "path", "status"), [

@@ -165,7 +165,7 @@ class Broker:
             stopping=self._is_stopping, on_roll=self.tierer.poke, clock=clock)
         self.topic_sync = TopicSync(
             config, zk=self.zk, metadata=self.metadata, replica_states=self.replica_states,
-            controller=self.controller, forget_topic=self.tierer.forget_topic,
+            controller=self.controller, forget_topic=self._forget_topic,
             spawn=self._spawn, stopping=self._is_stopping)
         self.isr = IsrManager(
             broker_id=config.broker_id, replica_lag_time_max_ms=config.replica_lag_time_max_ms,
@@ -279,6 +279,12 @@ class Broker:
 
     def _is_stopping(self) -> bool:
         return self.stopping
+
+    def _forget_topic(self, topic: str) -> None:
+        """``topic`` was deleted: stop tiering it and drop its per-topic traffic counters
+        (Kafka's BrokerTopicStats.removeMetrics)."""
+        self.tierer.forget_topic(topic)
+        self.metrics.topics.forget_topic(topic)
 
     def _spawn(self, awaitable: Coroutine[Any, Any, T] | asyncio.Future[T]) -> asyncio.Future[T]:
         """Run ``awaitable`` as a task that :meth:`stop` cancels (finished ones are dropped)."""

@@ -46,6 +46,7 @@ import logging
 
 import pyarrow as pa
 
+from loglake.broker.metrics.request_timing import remote_time
 from loglake.broker.partition import Partition
 from loglake.broker.table_changes import TableChangeWatcher
 from loglake.broker.tier_state import READER_REFRESH_S, GuardedTable, TierChunk, TierState
@@ -86,6 +87,7 @@ class TierReads:
         for topic in self._state.cached_topics():
             self._state.invalidate(topic)
 
+    @remote_time  # table reads are the request's remote time, as Kafka's remote fetches
     async def tier_start(self, partition: Partition) -> int | None:
         """The first offset the table holds for this partition (None: none)."""
         if self._state.storage is None:
@@ -114,6 +116,7 @@ class TierReads:
             await self.tier_start(partition)  # (re)loads the cached table start
         return self.known_log_start(partition)
 
+    @remote_time
     async def read(self, partition: Partition, offset: int, max_bytes: int,
                    min_one_batch: bool) -> bytes | None:
         """Batches from the table starting with the one holding ``offset`` (or the next one
@@ -159,6 +162,7 @@ class TierReads:
             return None
         return committed_local_read(partition, max_bytes, min_one_batch)
 
+    @remote_time
     async def offset_for_timestamp(self, partition: Partition,
                                    timestamp_ms: int) -> tuple[int, int] | None:
         """ListOffsets by time over the tiered offsets below the local log start."""

@@ -8,18 +8,26 @@ progress: the waits mark themselves with :func:`remote_begin` / :func:`remote_en
 ZooKeeper). The request's :class:`RemoteTime` reaches them through a context variable, so it
 follows the handler into tasks it spawns (``asyncio.gather`` of per-partition appends copies
 the context, and the copy holds the same object). Parallel waits count once (the union of the
-wait intervals). *Local* time is the rest of the handler's time.
+wait intervals). *Local* time is the rest of the handler's time. Tier reads (fetches and
+list-offsets below the local log start, answered from the Delta table: broker/tier_reads.py) are
+remote time too, as Kafka counts a KIP-405 remote-storage read (its DelayedRemoteFetch): their
+methods carry :func:`remote_time`.
 
 Event loop only; a context variable per connection task, no locks.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from loglake.broker.metrics.request_metrics import RequestMetrics, response_errors
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _REMOTE: ContextVar[RemoteTime | None] = ContextVar("loglake_request_remote", default=None)
 
@@ -57,6 +65,21 @@ def remote_end(remote: RemoteTime | None) -> None:
     """The wait :func:`remote_begin` returned ``remote`` for has ended."""
     if remote is not None:
         remote.end()
+
+
+def remote_time(func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Decorate a coroutine function: while it runs, the calling request is in a remote
+    wait (:func:`remote_begin` / :func:`remote_end`; nothing outside a request)."""
+
+    @functools.wraps(func)
+    async def waiting(*args: P.args, **kwargs: P.kwargs) -> R:
+        remote = remote_begin()
+        try:
+            return await func(*args, **kwargs)
+        finally:
+            remote_end(remote)
+
+    return waiting
 
 
 class RequestTiming:
