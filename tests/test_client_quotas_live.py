@@ -332,3 +332,50 @@ def test_quotas_cli(dev: DevCluster, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["quotas", "describe", *server, "--user", "dave", "--client-id", "etl",
                  "--format", "json"]) == 0
     assert capsys.readouterr().out.strip() == "[]"
+
+
+def test_ip_connection_rate_quota_apis(dev: DevCluster) -> None:
+    """KIP-612 IP entities: AlterClientQuotas stores ``connection_creation_rate`` at Kafka's
+    ``/config/ips/<ip>`` (with a change notification), DescribeClientQuotas lists them, and a
+    host name or a byte-rate key on an IP is refused as Kafka does."""
+    ok = _alter(dev, [("ip", "127.0.0.9")], [("connection_creation_rate", 5.0)])
+    assert ok.entries[0].error_code == ErrorCode.none, ok
+    ok = _alter(dev, [("ip", None)], [("connection_creation_rate", 100.0)])
+    assert ok.entries[0].error_code == ErrorCode.none, ok
+    ok = _alter(dev, [("ip", "::1")], [("connection_creation_rate", 3.0)])
+    assert ok.entries[0].error_code == ErrorCode.none, ok
+    zk = KazooClient(hosts=dev.zookeeper_connect, timeout=10)
+    zk.start(timeout=10)
+    try:
+        store = EntityConfigStore(zk)
+        assert store.get("ips/127.0.0.9") == {"connection_creation_rate": "5"}
+        assert store.get("ips/<default>") == {"connection_creation_rate": "100"}
+        assert store.get("ips/%3A%3A1") == {"connection_creation_rate": "3"}
+        assert sorted(zk.get_children("/config/ips")) == ["%3A%3A1", "127.0.0.9", "<default>"]
+    finally:
+        zk.stop()
+        zk.close()
+    described = _describe(dev, [("ip", 2, None)], strict=True)
+    assert described.error_code == ErrorCode.none
+    assert {tuple((e.entity_type, e.entity_name) for e in entry.entity):
+            {v.key: v.value for v in entry.values} for entry in described.entries} == {
+        (("ip", "127.0.0.9"),): {"connection_creation_rate": 5.0},
+        (("ip", "::1"),): {"connection_creation_rate": 3.0},
+        (("ip", None),): {"connection_creation_rate": 100.0}}
+    exact = _describe(dev, [("ip", 0, "127.0.0.9")], strict=True)
+    assert [[(e.entity_type, e.entity_name) for e in entry.entity]
+            for entry in exact.entries] == [[("ip", "127.0.0.9")]]
+    # a user filter never shows IP entities
+    assert all(all(e.entity_type != "ip" for e in entry.entity)
+               for entry in _describe(dev, [("user", 2, None)]).entries)
+    bad = _alter(dev, [("ip", "localhost")], [("connection_creation_rate", 5.0)])
+    assert (bad.entries[0].error_code, bad.entries[0].error_message) == (
+        ErrorCode.invalid_request, "localhost is not a valid IP or resolvable host.")
+    bad = _alter(dev, [("ip", "127.0.0.9")], [("producer_byte_rate", 5.0)])
+    assert bad.entries[0].error_message == "Invalid configuration key producer_byte_rate"
+    bad = _alter(dev, [("ip", "127.0.0.9"), ("user", "x")], [("connection_creation_rate", 1.0)])
+    assert bad.entries[0].error_code == ErrorCode.invalid_request
+    for ip in ("127.0.0.9", None, "::1"):
+        _alter(dev, [("ip", ip)], [("connection_creation_rate", None)])
+    wait_until(lambda: _describe(dev, [("ip", 2, None)]).entries == (), timeout=10,
+               message="IP quotas removed")

@@ -29,6 +29,7 @@ from loglake.broker.quotas.entities import (
     QuotaOverrides,
     entity_of_path,
 )
+from loglake.broker.quotas.ip_quotas import IpEntity, ip_of_path
 from loglake.broker.quotas.manager import ClientQuotas
 from loglake.broker.quotas.rate import SampledRate
 from loglake.broker.security.principal import KafkaPrincipal
@@ -219,17 +220,67 @@ def test_alteration_refusals(items: Any, ops: list[Op], message: str) -> None:
     assert _alter_error(items, ops) == message
 
 
-def test_alteration_refuses_what_is_not_enforced() -> None:
-    assert "not enforced" in _alter_error((("user", "a"),),
-                                          [Op("controller_mutation_rate", 1.0, False)])
-    assert "not supported" in _alter_error((("ip", "1.2.3.4"),),
-                                           [Op("connection_creation_rate", 1.0, False)])
+def test_alteration_refuses_repeated_keys() -> None:
     assert _alter_error((("user", "a"),), [Op("producer_byte_rate", 1.0, False),
                                            Op("producer_byte_rate", 2.0, False)]
                         ).startswith("Ignoring duplicate entity")
 
 
-QUOTAS = {
+# ---- IP entities (KIP-612 connection_creation_rate)
+def test_ip_alteration_accepts_addresses_and_the_default() -> None:
+    entity, updates = alteration((("ip", "10.0.0.1"),),
+                                 [Op("connection_creation_rate", 5.0, False)])
+    assert entity == IpEntity("10.0.0.1") and entity.path == "ips/10.0.0.1"
+    assert updates == {"connection_creation_rate": "5"}
+    entity, updates = alteration((("ip", None),), [Op("connection_creation_rate", 0.0, True)])
+    assert entity == IpEntity(DEFAULT) and entity.path == "ips/<default>"
+    assert updates == {"connection_creation_rate": None}
+    assert alteration((("ip", "::1"),), [])[0].path == "ips/%3A%3A1"
+
+
+@pytest.mark.parametrize(("items", "ops", "message"), [
+    ((("ip", "broker.example"),), [Op("connection_creation_rate", 1.0, False)],
+     "broker.example is not a valid IP or resolvable host."),
+    ((("ip", "10.0.0.0/8"),), [], "10.0.0.0/8 is not a valid IP or resolvable host."),
+    ((("ip", ""),), [], "Empty ip not supported"),
+    ((("ip", "10.0.0.1"),), [Op("producer_byte_rate", 1.0, False)],
+     "Invalid configuration key producer_byte_rate"),
+    ((("user", "a"),), [Op("connection_creation_rate", 1.0, False)],
+     "Invalid configuration key connection_creation_rate"),
+    ((("ip", "10.0.0.1"),), [Op("connection_creation_rate", 1.5, False)],
+     "connection_creation_rate cannot be a fractional value."),
+    ((("ip", "10.0.0.1"),), [Op("connection_creation_rate", 3e9, False)],
+     "Proposed value for connection_creation_rate is too large for an INT."),
+    ((("ip", "10.0.0.1"),), [Op("connection_creation_rate", -1.0, False)],
+     "Quota connection_creation_rate must be greater than 0"),
+])
+def test_ip_alteration_refusals(items: Any, ops: list[Op], message: str) -> None:
+    assert _alter_error(items, ops) == message
+
+
+def test_ip_connection_rate_lookup_override_default_canonical() -> None:
+    quotas = ClientQuotas()
+    assert quotas.ip_connection_rate("127.0.0.1") is None
+    quotas.ips.apply("0:0::1", {"connection_creation_rate": "7"})
+    assert quotas.ip_connection_rate("::1") == 7.0
+    assert quotas.ip_connection_rate("127.0.0.1") is None
+    quotas.ips.apply(DEFAULT, {"connection_creation_rate": "3", "other": "x"})
+    assert quotas.ip_connection_rate("127.0.0.1") == 3.0
+    quotas.ips.apply("10.1.2.3", {"connection_creation_rate": "9"})
+    assert quotas.ip_connection_rate("::ffff:10.1.2.3") == 9.0
+    assert quotas.ip_connection_rate("not-an-ip") == 3.0
+    assert not quotas.enabled  # IP quotas never turn on request-path enforcement
+    quotas.ips.replace_all({"10.1.2.3": {"connection_creation_rate": "4"}})
+    assert quotas.ip_connection_rate("10.1.2.3") == 4.0
+    assert quotas.ip_connection_rate("::1") is None
+    assert quotas.ip_connection_rate("127.0.0.1") is None
+    assert ip_of_path("ips/%3A%3A1") == "::1" and ip_of_path("users/a") is None
+    assert entity_of_path("ips/10.1.2.3") is None
+
+
+QUOTAS: dict[Any, dict[str, float]] = {
+    IpEntity("10.0.0.1"): {"connection_creation_rate": 5.0},
+    IpEntity(DEFAULT): {"connection_creation_rate": 2.0},
     QuotaEntity("alice"): {"producer_byte_rate": 1.0},
     QuotaEntity(DEFAULT): {"producer_byte_rate": 2.0},
     QuotaEntity("alice", "app"): {"consumer_byte_rate": 3.0},
@@ -242,7 +293,7 @@ def _names(components: list[Component], strict: bool) -> list[Any]:
 
 
 def test_describe_filters() -> None:
-    assert len(_names([], False)) == 4
+    assert len(_names([], False)) == 6
     assert _names([], True) == []
     assert _names([Component("user", 0, "alice")], False) == [
         (("user", "alice"),), (("user", "alice"), ("client-id", "app"))]
@@ -250,7 +301,10 @@ def test_describe_filters() -> None:
     assert _names([Component("user", 1, None)], True) == [(("user", None),)]
     assert _names([Component("user", 2, None)], True) == [(("user", None),), (("user", "alice"),)]
     assert _names([Component("client-id", 2, None)], True) == [(("client-id", "app"),)]
-    assert _names([Component("ip", 2, None)], False) == []
+    assert _names([Component("ip", 2, None)], False) == [(("ip", "10.0.0.1"),),
+                                                          (("ip", None),)]
+    assert _names([Component("ip", 0, "10.0.0.1")], True) == [(("ip", "10.0.0.1"),)]
+    assert _names([Component("ip", 1, None)], True) == [(("ip", None),)]
 
 
 @pytest.mark.parametrize(("components", "code"), [

@@ -32,13 +32,14 @@ from loglake.catalog.entity_configs import (
     CHANGE_PREFIX,
     CHANGES,
     CLIENTS,
+    IPS,
     USERS,
     EntityConfigStore,
 )
 from loglake.catalog.zookeeper import _typed_errors
 
 """Kafka's ``changeExpirationMs`` for config change notifications."""
-ENTITY_TYPES = (USERS, CLIENTS, f"{USERS}/{CLIENTS}")
+ENTITY_TYPES = (USERS, CLIENTS, f"{USERS}/{CLIENTS}", IPS)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class ConfigChanges:
         return out
 
     def load_all(self) -> dict[str, dict[str, str]]:
-        """Every user, client-id and user/client-id entity's config, by entity path."""
+        """Every user, client-id, user/client-id and IP entity's config, by entity path."""
         out: dict[str, dict[str, str]] = {}
         for entity_type in ENTITY_TYPES:
             for path in self.entities.entities(entity_type):

@@ -6,6 +6,7 @@ Layout under the cluster chroot (Kafka's ``ConfigEntityZNode`` and change notifi
     /config/users/<user>                       {"version": 1, "config": {...}}
     /config/clients/<client id>                {"version": 1, "config": {...}}
     /config/users/<user>/clients/<client id>   {"version": 1, "config": {...}}
+    /config/ips/<ip>                           {"version": 1, "config": {...}}
     /config/changes/config_change_<seq>        {"version": 2, "entity_path": "users/alice"}
 
 ``<user>`` and ``<client id>`` are sanitized as Kafka's ``Sanitizer`` does (URL-encoded UTF-8,
@@ -38,6 +39,8 @@ CHANGES = "/config/changes"
 CHANGE_PREFIX = "config_change_"
 USERS = "users"
 CLIENTS = "clients"
+IPS = "ips"
+"""IP entities (``/config/ips/<ip>``: KIP-612 connection-rate quotas); names sanitized too."""
 DEFAULT_ENTITY = "<default>"
 ALTER_ATTEMPTS = 20
 

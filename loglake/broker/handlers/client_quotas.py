@@ -34,6 +34,7 @@ from loglake.broker.quotas.alteration import (
     describe_entity,
 )
 from loglake.broker.quotas.entities import QuotaEntity, entity_of_path, quota_values
+from loglake.broker.quotas.ip_quotas import IpEntity, ip_of_path, ip_quota_values
 from loglake.broker.security.acl_model import AclOperation
 from loglake.errors import LoglakeError
 
@@ -82,9 +83,12 @@ async def describe_client_quotas(services: QuotaServices, frame: RequestFrame) -
     except LoglakeError as exc:
         return build(cls, {"error_code": exc.code, "error_message": str(exc)[:300],
                            "entries": None})
-    stored = {entity: values for path, config in configs.items()
-              if (entity := entity_of_path(path)) is not None
-              and (values := quota_values(config))}
+    stored: dict[QuotaEntity | IpEntity, dict[str, float]] = {
+        entity: values for path, config in configs.items()
+        if (entity := entity_of_path(path)) is not None and (values := quota_values(config))}
+    stored.update({IpEntity(ip): values for path, config in configs.items()
+                   if (ip := ip_of_path(path)) is not None
+                   and (values := ip_quota_values(config))})
     try:
         matched = describe(components, bool(request.strict), stored)
     except QuotaRequestError as exc:
@@ -101,7 +105,7 @@ async def alter_client_quotas(services: QuotaServices, frame: RequestFrame) -> A
     request = frame.body
     refused = not authz.cluster_allowed(services, frame, AclOperation.ALTER_CONFIGS)
     results: dict[tuple[tuple[str, str | None], ...], tuple[ErrorCode, str | None]] = {}
-    writes: list[tuple[tuple[tuple[str, str | None], ...], QuotaEntity,
+    writes: list[tuple[tuple[tuple[str, str | None], ...], QuotaEntity | IpEntity,
                        dict[str, str | None]]] = []
     for entry in request.entries:
         items = tuple((e.entity_type, e.entity_name) for e in entry.entity)
@@ -128,7 +132,10 @@ async def alter_client_quotas(services: QuotaServices, frame: RequestFrame) -> A
             except LoglakeError as exc:  # ZooKeeper unavailable: this entry failed
                 results[items] = (exc.code, str(exc)[:300])
                 continue
-            services.quotas.apply(entity, config)
+            if isinstance(entity, IpEntity):
+                services.quotas.ips.apply(entity.name, config)
+            else:
+                services.quotas.apply(entity, config)
     entries = [{"error_code": code, "error_message": message,
                 "entity": [{"entity_type": kind, "entity_name": name} for kind, name in items]}
                for items, (code, message) in results.items()]

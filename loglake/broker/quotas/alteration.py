@@ -6,14 +6,16 @@ Describe: each filter component names an entity type (``user``, ``client-id``, `
 once, with match type 0 (exact name), 1 (the default entity) or 2 (any entity of that type,
 default included); ``strict`` keeps only entities with exactly the filtered types. A bad
 filter fails the whole request: INVALID_REQUEST, or UNSUPPORTED_VERSION for an unknown entity
-type. No IP entity ever matches (IP connection-rate quotas are not served).
+type. IP entities (``ip``: an address or the default) match like the others.
 
 Alter: per entry, its entity (user and/or client id; a null name is the default; not empty),
 its operations (a key at most once; set values > 0, integral for the byte rates, a LONG at
 most; removals of any key). An entry that fails is answered INVALID_REQUEST with Kafka's
 message and changes nothing; the others are applied. A repeated entity is answered
-"Ignoring duplicate entity" (as Kafka does, the first one is applied). IP entities and
-``controller_mutation_rate`` are refused: this broker enforces neither.
+"Ignoring duplicate entity" (as Kafka does, the first one is applied). An IP entity (an
+address literal or the default; a host name is refused: brokers do not resolve names) takes
+only ``connection_creation_rate`` (an INT); user/client-id entities take the byte rates,
+``request_percentage`` and ``controller_mutation_rate`` (KIP-599, a DOUBLE).
 """
 
 from __future__ import annotations
@@ -25,13 +27,19 @@ from kio.schema.errors import ErrorCode
 
 from loglake.broker.quotas.entities import (
     CLIENT_ID,
-    CONTROLLER_MUTATION_RATE,
     DEFAULT,
     INTEGRAL_KEYS,
     IP,
     QUOTA_KEYS,
     USER,
     QuotaEntity,
+)
+from loglake.broker.quotas.ip_quotas import (
+    INT_MAX,
+    IP_QUOTA_KEYS,
+    InvalidIpError,
+    IpEntity,
+    canonical_ip,
 )
 
 MATCH_EXACT = 0
@@ -58,8 +66,13 @@ EntityItems = tuple[tuple[str, str | None], ...]
 """An entity as the wire names it: (entity type, name or None for the default), in order."""
 
 
-def entity_items(entity: QuotaEntity) -> EntityItems:
+AnyEntity = QuotaEntity | IpEntity
+
+
+def entity_items(entity: AnyEntity) -> EntityItems:
     """The wire form of ``entity`` (user first; the default as None)."""
+    if isinstance(entity, IpEntity):
+        return ((IP, None if entity.name == DEFAULT else entity.name),)
     items: list[tuple[str, str | None]] = []
     if entity.user is not None:
         items.append((USER, None if entity.user == DEFAULT else entity.user))
@@ -83,7 +96,7 @@ class Component:
 
 
 def describe(components: Sequence[Component], strict: bool,
-             quotas: Mapping[QuotaEntity, Mapping[str, float]]
+             quotas: Mapping[AnyEntity, Mapping[str, float]]
              ) -> list[tuple[EntityItems, dict[str, float]]]:
     """The entities matching the filter with their quota values (raises QuotaRequestError)."""
     exact: dict[str, str | None] = {}
@@ -126,8 +139,10 @@ def describe(components: Sequence[Component], strict: bool,
     return out
 
 
-def _sort_key(entity: QuotaEntity) -> tuple[str, str]:
-    return (entity.user or "", entity.client_id or "")
+def _sort_key(entity: AnyEntity) -> tuple[str, str, str]:
+    if isinstance(entity, IpEntity):
+        return ("~ip", entity.name, "")
+    return ("", entity.user or "", entity.client_id or "")
 
 
 def _matches(entity: Mapping[str, str | None], exact: Mapping[str, str | None],
@@ -149,7 +164,7 @@ class Op:
 
 
 def alteration(items: Sequence[tuple[str, str | None]], ops: Sequence[Op]
-               ) -> tuple[QuotaEntity, dict[str, str | None]]:
+               ) -> tuple[AnyEntity, dict[str, str | None]]:
     """The entity of one AlterClientQuotas entry and the config updates its ops make (a value
     as the string stored in ZooKeeper, None to remove); raises QuotaRequestError."""
     seen: set[str] = set()
@@ -164,11 +179,11 @@ def alteration(items: Sequence[tuple[str, str | None]], ops: Sequence[Op]
         if op.remove:
             updates[op.key] = None
             continue
-        updates[op.key] = _validated_value(op.key, op.value)
+        updates[op.key] = _validated_value(op.key, op.value, ip=isinstance(entity, IpEntity))
     return entity, updates
 
 
-def _entity(items: Sequence[tuple[str, str | None]]) -> QuotaEntity:
+def _entity(items: Sequence[tuple[str, str | None]]) -> AnyEntity:
     if not items:
         raise _invalid("Invalid empty client quota entity")
     names: dict[str, str | None] = {}
@@ -184,8 +199,14 @@ def _entity(items: Sequence[tuple[str, str | None]]) -> QuotaEntity:
         if USER in names or CLIENT_ID in names:
             raise _invalid("Invalid quota entity combination, IP entity shouldnot be combined "
                            "with User or ClientId")
-        raise _invalid("IP connection quotas (connection_creation_rate) are not supported by "
-                       "this broker")
+        name = names[IP]
+        if name is None:
+            return IpEntity(DEFAULT)
+        try:
+            canonical_ip(name)
+        except InvalidIpError as exc:
+            raise _invalid(str(exc)) from None
+        return IpEntity(name)
 
     def part(kind: str) -> str | None:
         if kind not in names:
@@ -196,13 +217,17 @@ def _entity(items: Sequence[tuple[str, str | None]]) -> QuotaEntity:
     return QuotaEntity(user=part(USER), client_id=part(CLIENT_ID))
 
 
-def _validated_value(key: str, value: float) -> str:
-    if key == CONTROLLER_MUTATION_RATE:
-        raise _invalid(f"{key} (controller mutation quotas) is not enforced by this broker")
-    if key not in QUOTA_KEYS:
+def _validated_value(key: str, value: float, *, ip: bool = False) -> str:
+    if key not in (IP_QUOTA_KEYS if ip else QUOTA_KEYS):
         raise _invalid(f"Invalid configuration key {key}")
     if not value > 0.0:
         raise _invalid(f"Quota {key} must be greater than 0")
+    if ip:
+        if value > INT_MAX:
+            raise _invalid(f"Proposed value for {key} is too large for an INT.")
+        if abs(value % 1.0) > 1e-6:
+            raise _invalid(f"{key} cannot be a fractional value.")
+        return str(int(value))
     if key in INTEGRAL_KEYS:
         if value > LONG_MAX:
             raise _invalid(f"Proposed value for {key} is too large for a LONG.")

@@ -1,5 +1,6 @@
 """Keeping the broker's client quotas (manager.ClientQuotas) equal to the user and client-id
-entity configs in ZooKeeper (Kafka's ``ZkConfigManager`` + ``QuotaConfigHandler``).
+entity configs in ZooKeeper (Kafka's ``ZkConfigManager`` + ``QuotaConfigHandler``), and the
+IP entities' connection-rate quotas (``/config/ips/*``, ``ClientQuotas.ips``).
 
 Start-up: start watching ``/config/changes``, note the newest notification, then load every
 ``/config/users/*``, ``/config/clients/*`` and ``/config/users/*/clients/*`` config. A watch
@@ -28,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from loglake.broker.quotas.entities import QuotaEntity, entity_of_path
+from loglake.broker.quotas.ip_quotas import ip_of_path
 from loglake.broker.quotas.manager import ClientQuotas
 
 if TYPE_CHECKING:
@@ -74,6 +76,8 @@ class QuotaConfigSync:
         entities = {entity: config for path, config in configs.items()
                     if (entity := entity_of_path(path)) is not None}
         self.quotas.replace_all(entities)
+        self.quotas.ips.replace_all({ip: config for path, config in configs.items()
+                                     if (ip := ip_of_path(path)) is not None})
         log.info("loaded client quotas of %d entities",
                  len(self.quotas.entity_quotas()))
 
@@ -119,9 +123,13 @@ class QuotaConfigSync:
             return len(changes)
         for path in dict.fromkeys(change.entity_path for change in changes):
             entity = entity_of_path(path or "")
-            if entity is None:
+            ip = ip_of_path(path or "")
+            if entity is None and ip is None:
                 continue
             config = await self.zk.call(store.get, path)
-            self.apply_entity(entity, config)
+            if entity is not None:
+                self.apply_entity(entity, config)
+            elif ip is not None:
+                self.quotas.ips.apply(ip, config)
         self._sequence = changes[-1].sequence
         return len(changes)

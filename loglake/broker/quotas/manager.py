@@ -35,6 +35,7 @@ from loglake.broker.quotas.entities import (
     Tags,
     quota_values,
 )
+from loglake.broker.quotas.ip_quotas import IpQuotas
 from loglake.broker.quotas.rate import SampledRate
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,14 @@ class ClientQuotas:
         self.enabled = False
         """Whether any quota was ever set (the server's fast path checks only this)."""
         self._entities: dict[QuotaEntity, dict[str, float]] = {}
+        self.ips = IpQuotas()
+        """IP entities' ``connection_creation_rate`` (ip_quotas.py); never sets ``enabled``."""
+
+    def ip_connection_rate(self, ip: str) -> float | None:
+        """The ``connection_creation_rate`` quota of connections from ``ip`` (connections
+        per second): its ``/config/ips/<ip>`` override, else ``/config/ips/<default>``'s, else
+        None (unlimited). Kept current from ZooKeeper by config_sync.py; O(1), loop only."""
+        return self.ips.connection_rate(ip)
 
     def managers(self) -> tuple[ClientQuotaManager, ...]:
         return (self.produce, self.fetch, self.request)
