@@ -379,12 +379,23 @@ class Admin:
     # -- consumer groups -------------------------------------------------------------------
 
     def list_groups(self, *, timeout: float | None = None) -> list[GroupListing]:
-        """Every consumer group the cluster's coordinators know, sorted by id."""
+        """Every consumer group the cluster's coordinators know, sorted by id (raises when
+        any broker fails to answer; :meth:`list_groups_partial` gives what the others said)."""
+        listed, errors = self.list_groups_partial(timeout=timeout)
+        for error in errors:
+            raise error
+        return listed
+
+    def list_groups_partial(self, *, timeout: float | None = None
+                            ) -> tuple[list[GroupListing], list[LoglakeError]]:
+        """The groups the brokers that answered listed, sorted by id, and one error per
+        broker that did not (as Kafka's ``ListConsumerGroupsResult.valid()`` /
+        ``errors()``): a dead broker costs its groups, not the whole list."""
         limit = self._limit(timeout)
         future = self._admin.list_consumer_groups(request_timeout=limit)
         result = self._wait(future, "list consumer groups", limit)
-        for error in result.errors or ():
-            raise from_exception(error, "list consumer groups")
+        errors = [from_exception(error, "list consumer groups")
+                  for error in result.errors or ()]
         return sorted(
             (
                 GroupListing(
@@ -396,7 +407,7 @@ class Admin:
                 for g in result.valid or ()
             ),
             key=lambda g: g.group_id,
-        )
+        ), errors
 
     def describe_group(self, group_id: str, *, timeout: float | None = None) -> GroupDescription:
         """State, assignor, coordinator and members (with assignments) of ``group_id``.
@@ -730,6 +741,14 @@ class Admin:
         """The configuration entries broker ``broker_id`` reports (value and source)."""
         return self._describe_configs(ConfigResource(ResourceType.BROKER, str(broker_id)),
                                       f"describe configs of broker {broker_id}", timeout)
+
+    def request(self, api_key: int, version: int, body: dict[str, Any], *, operation: str,
+                timeout: float | None = None) -> Any:
+        """Send one raw request (``body``: the kio request's fields as a dict) to the
+        controller, for APIs the SDK does not wrap (ACLs, client quotas, SCRAM users), and
+        return the decoded response; the caller checks its error codes."""
+        return self._controller_request(operation, api_key, version, body,
+                                        self._limit(timeout))
 
     def _controller_request(self, operation: str, api_key: int, version: int,
                             body: dict[str, Any], limit: float) -> Any:

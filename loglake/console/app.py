@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -29,6 +29,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from loglake.basic_auth import ScramAuthenticator
 from loglake.client import SecurityConfig
 from loglake.console import (
     groups,
@@ -48,6 +49,7 @@ from loglake.console.context import (
     error_response,
     not_found,
 )
+from loglake.console.login import LoginMiddleware
 from loglake.console.templating import install_filters
 from loglake.errors import LoglakeError
 
@@ -59,12 +61,13 @@ PAGE_MODULES: tuple[ModuleType, ...] = (overview, topics, topic_page, groups, ti
 
 
 def create_app(zookeeper: str, *, bootstrap: str | None = None,
-               command_config: str | None = None) -> Starlette:
+               command_config: str | None = None, basic_auth: bool = False) -> Starlette:
     """The console for the cluster at ``zookeeper`` (``host:port[/chroot]``).
 
     ``bootstrap``: the Kafka bootstrap servers (default: the registered brokers, read from
-    ZooKeeper); ``command_config``: a client properties file (TLS/SASL) for the SDK clients.
-    Nothing connects before the first request.
+    ZooKeeper); ``command_config``: a client properties file (TLS/SASL) for the SDK clients;
+    ``basic_auth``: require HTTP Basic logins of the cluster's SCRAM users and act as the
+    logged-in user (:mod:`loglake.console.login`). Nothing connects before the first request.
     """
     security = SecurityConfig() if command_config is None else SecurityConfig.load(
         command_config)
@@ -108,7 +111,24 @@ def create_app(zookeeper: str, *, bootstrap: str | None = None,
             Exception: _internal_error,
         })
     app.state.console = ctx
+    if basic_auth:
+        authenticator = ScramAuthenticator(_CatalogConfigs(ctx))
+        app.add_middleware(LoginMiddleware, check=authenticator.mechanism)
     return app
+
+
+class _CatalogConfigs:
+    """The entity configs of the context's catalog, connected on first use (the
+    authenticator is made before anything connects)."""
+
+    def __init__(self, ctx: ConsoleContext) -> None:
+        self._ctx = ctx
+
+    def get(self, path: str) -> dict[str, str]:
+        return self._ctx.catalog().entity_configs().get(path)
+
+    def alter(self, path: str, updates: Mapping[str, str | None]) -> dict[str, str]:
+        return self._ctx.catalog().entity_configs().alter(path, updates)
 
 
 async def _healthz(_request: Request) -> Response:

@@ -1,17 +1,24 @@
 """``loglake console [--zookeeper HOST:PORT[/chroot]] [--bootstrap-server ...] [--host H]
-[--port P] [--command-config FILE]``: serve the web console until interrupted.
+[--port P] [--command-config FILE] [--basic-auth] [--certfile PEM [--keyfile PEM]]``: serve
+the web console until interrupted.
 
 ``--zookeeper`` / ``--bootstrap-server`` resolve as every tool's (:mod:`loglake.addresses`:
 flag, environment, the profile of ``loglake dev up``); without ``--bootstrap-server`` the
 console reads the registered brokers from ZooKeeper. It listens on loopback by default
-(``--host 127.0.0.1``); the console has no login of its own, so expose it only behind
-something that authenticates. Prints ``console: http://HOST:PORT/`` once it listens.
+(``--host 127.0.0.1``). Without ``--basic-auth`` the console has no login: whoever reaches it
+acts with the ``--command-config`` account (and changes ACLs in ZooKeeper), so expose it only
+behind something that authenticates. With ``--basic-auth`` every page asks for the name and
+password of a SCRAM user of the cluster and the console acts as that user (SASL SCRAM to the
+brokers, which apply their ACLs; :mod:`loglake.console.login`). ``--certfile`` (PEM
+certificate chain, with the key unless ``--keyfile``) serves HTTPS. Prints
+``console: http(s)://HOST:PORT/`` once it listens.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 
 from loglake import addresses
 from loglake.client.security import add_command_config_option
@@ -31,6 +38,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"port to listen on (0: any free port; default: {DEFAULT_PORT})")
     add_command_config_option(parser)
+    parser.add_argument("--basic-auth", action="store_true",
+                        help="require HTTP Basic logins of the cluster's SCRAM users and act "
+                        "as the logged-in user towards the brokers")
+    parser.add_argument("--certfile", default=None, metavar="PEM",
+                        help="serve HTTPS with this certificate chain (PEM)")
+    parser.add_argument("--keyfile", default=None, metavar="PEM",
+                        help="the private key of --certfile (default: in --certfile)")
     parser.set_defaults(handler=run_console)
 
 
@@ -42,16 +56,26 @@ def run_console(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be within 0..65535, got {args.port}")
+    if args.keyfile and not args.certfile:
+        raise ValueError("--keyfile needs --certfile")
+    for path in (args.certfile, args.keyfile):
+        if path and not os.path.isfile(path):
+            raise ValueError(f"no such file: {path}")
     zookeeper = addresses.zookeeper(args.zookeeper)
     from_profile = (args.bootstrap_server is None
                     and addresses.resolve("zookeeper", args.zookeeper).source == "profile")
     command_config = command_config_path(args.command_config,
                                          bootstrap_from_profile=from_profile)
-    app = create_app(zookeeper, bootstrap=args.bootstrap_server, command_config=command_config)
+    app = create_app(zookeeper, bootstrap=args.bootstrap_server, command_config=command_config,
+                     basic_auth=args.basic_auth)
     sock, where = http_socket(args.host, args.port)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    tls = {} if not args.certfile else {
+        "ssl_certfile": args.certfile, "ssl_keyfile": args.keyfile or args.certfile}
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", **tls)
     server = uvicorn.Server(config)
-    print(f"console: http://{where}/  (ZooKeeper {zookeeper})", flush=True)
+    scheme = "https" if args.certfile else "http"
+    login = ", login: SCRAM users" if args.basic_auth else ""
+    print(f"console: {scheme}://{where}/  (ZooKeeper {zookeeper}{login})", flush=True)
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:

@@ -137,12 +137,16 @@ def tier_summary(status: dict[int, dict[str, Any]], partitions: int
 
 
 def topic_rows(ctx: ConsoleContext) -> list[TopicRow]:
-    """Every topic of the cluster, sorted by name (blocking)."""
+    """Every topic of the cluster (a logged-in user's: those their Metadata lists), sorted by
+    name (blocking)."""
     catalog: ClusterCatalog = ctx.catalog()
+    visible = ctx.visible_topics()
     brokers = catalog.brokers()
     sizes = log_sizes(brokers, ctx.security)
     rows = []
     for name in sorted(catalog.topic_names()):
+        if visible is not None and name not in visible:
+            continue
         meta = catalog.topic(name)
         if meta is None:  # deleted meanwhile
             continue

@@ -15,6 +15,14 @@ and kept in ``app.state.console``; :func:`console` fetches it from a request. It
   message browser) are made per request and closed after it.
 * ``security`` — the client settings from ``--command-config`` (PLAINTEXT without one), handed
   to every SDK client the console builds.
+* Login (``--basic-auth``, :mod:`loglake.console.login`): while a request of a logged-in user
+  is served, ``admin()``, ``producer()``, ``bootstrap()`` and ``client_security()`` give that
+  user's clients (:mod:`loglake.console.user_clients`: SASL SCRAM as the user, over the
+  listener of the console's protocol made SASL), so the brokers' ACLs decide what the user
+  sees and does; without a login (no ``--basic-auth``, background tasks) the console's own.
+  Pages that read ZooKeeper directly filter topics by ``visible_topics()`` (what the user's
+  Metadata lists) and refuse a hidden topic with :meth:`ConsoleContext.check_topic_visible`
+  (TOPIC_AUTHORIZATION_FAILED, as Kafka answers a topic one may not describe).
 * ``templates`` — the Jinja2 environment of ``templates/``.
 * ``extras`` — a dict for the parts of the console that keep state (the lag sampler stores
   itself here); ``on_start`` / ``on_stop`` callbacks run in the application's lifespan (the
@@ -49,6 +57,8 @@ from starlette.templating import Jinja2Templates
 
 from loglake.catalog.zookeeper import BrokerInfo, ClusterCatalog, ZooKeeperUnavailableError
 from loglake.client import Admin, Producer, SecurityConfig
+from loglake.console.login import Login, current_login
+from loglake.console.user_clients import UserClients, UserEntry, user_security
 from loglake.errors import LoglakeError
 
 T = TypeVar("T")
@@ -78,6 +88,44 @@ class ConsoleContext:
     _admin_bootstrap: str | None = field(default=None, repr=False)
     _producer: Producer | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    users: UserClients = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.users = UserClients(lambda bootstrap, security: Admin(
+            bootstrap, timeout=SDK_TIMEOUT_S, security=security, client_id="loglake-console"))
+
+    # -- the logged-in user (see the module) -------------------------------------------------
+
+    def login(self) -> Login | None:
+        """The logged-in user of the request being served (None: the console's own account)."""
+        return current_login()
+
+    def client_security(self) -> SecurityConfig:
+        """The client settings of the request being served: the logged-in user's, else the
+        console's own."""
+        login = current_login()
+        return self.security if login is None else user_security(self.security, login)
+
+    def _user_entry(self, login: Login) -> UserEntry:
+        security = user_security(self.security, login)
+        return self.users.entry(login, security, self._bootstrap_for(security))
+
+    def visible_topics(self) -> set[str] | None:
+        """The topics the logged-in user's Metadata lists (blocking); None without a login
+        (everything is shown)."""
+        if current_login() is None:
+            return None
+        return set(self.admin().list_topics())
+
+    def check_topic_visible(self, name: str) -> None:
+        """Raise TOPIC_AUTHORIZATION_FAILED when a logged-in user's Metadata does not list
+        ``name`` (blocking; nothing without a login)."""
+        visible = self.visible_topics()
+        if visible is not None and name not in visible:
+            login = current_login()
+            raise LoglakeError(
+                f"User:{login.user if login else '?'} may not describe topic {name!r} "
+                "(TOPIC_AUTHORIZATION_FAILED)", code=ErrorCode.topic_authorization_failed)
 
     # -- blocking accessors (call from a worker thread) --------------------------------------
 
@@ -107,10 +155,13 @@ class ConsoleContext:
     def bootstrap(self) -> str:
         """The bootstrap servers: the configured ones, else every registered broker's first
         endpoint (blocking; raises when no broker is registered)."""
+        return self._bootstrap_for(self.client_security())
+
+    def _bootstrap_for(self, security: SecurityConfig) -> str:
         if self.configured_bootstrap:
             return self.configured_bootstrap
         brokers = self.catalog().brokers()
-        endpoints = ["{}:{}".format(*client_endpoint(info, self.security))
+        endpoints = ["{}:{}".format(*client_endpoint(info, security))
                      for _, info in sorted(brokers.items())]
         if not endpoints:
             raise LoglakeError("no broker is registered in ZooKeeper",
@@ -118,7 +169,10 @@ class ConsoleContext:
         return ",".join(endpoints)
 
     def admin(self) -> Admin:
-        """The shared SDK admin client (blocking on first use)."""
+        """The shared SDK admin client, or the logged-in user's (blocking on first use)."""
+        login = current_login()
+        if login is not None:
+            return self._user_entry(login).admin
         bootstrap = self.bootstrap()
         with self._lock:
             if self._admin is None or (self.configured_bootstrap is None
@@ -130,17 +184,24 @@ class ConsoleContext:
             return self._admin
 
     def producer(self) -> Producer:
-        """The shared SDK producer of the produce form (blocking on first use; acks=all)."""
+        """The shared SDK producer of the produce form, or the logged-in user's (blocking on
+        first use; acks=all)."""
+        login = current_login()
+        if login is not None:
+            entry = self._user_entry(login)
+            with entry.lock:
+                if entry.producer is None:
+                    entry.producer = _producer(entry.bootstrap, entry.security)
+                return entry.producer
         bootstrap = self.bootstrap()
         with self._lock:
             if self._producer is None:
-                self._producer = Producer(bootstrap, acks="all", linger_ms=0,
-                                          delivery_timeout_ms=int(SDK_TIMEOUT_S * 1000),
-                                          security=self.security, client_id="loglake-console")
+                self._producer = _producer(bootstrap, self.security)
             return self._producer
 
     def close(self) -> None:
-        """Release the clients (blocking)."""
+        """Release the clients, the users' too (blocking)."""
+        self.users.close()
         with self._lock:
             if self._producer is not None:
                 with contextlib.suppress(LoglakeError):  # undelivered: nothing to do now
@@ -152,6 +213,12 @@ class ConsoleContext:
             if self._catalog is not None:
                 self._catalog.stop()
                 self._catalog = None
+
+
+def _producer(bootstrap: str, security: SecurityConfig) -> Producer:
+    return Producer(bootstrap, acks="all", linger_ms=0,
+                    delivery_timeout_ms=int(SDK_TIMEOUT_S * 1000), security=security,
+                    client_id="loglake-console")
 
 
 def _overlaps(old: str | None, new: str) -> bool:
@@ -222,7 +289,11 @@ def error_response(exc: BaseException, request: Request | None = None, *,
     message = str(exc) or type(exc).__name__
     if doing:
         message = f"{doing}: {message}"
-    return _error_html(status_code or status_for(exc), message, request)
+    status = status_code or status_for(exc)
+    if status == 403 and isinstance(exc, LoglakeError) \
+            and exc.code.name.upper() not in message.upper():
+        message = f"{message} ({exc.code.name.upper()})"
+    return _error_html(status, message, request)
 
 
 _NOT_FOUND_CODES = frozenset({

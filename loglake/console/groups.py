@@ -58,6 +58,9 @@ from loglake.errors import LoglakeError
 MAX_GROUP_ID = 1000
 """Longest group id accepted in a URL (Kafka sets no limit; this bounds the work)."""
 MAX_DESCRIBED = 50
+LIST_TIMEOUT_S = 5.0
+"""How long the groups page waits for each broker's ListGroups answer (a dead broker is
+reported as missing after that, the others' groups are shown)."""
 MAX_SAMPLED_GROUPS = 50
 MAX_RESET_PARTITIONS = 10_000
 
@@ -232,8 +235,16 @@ def group_view(ctx: ConsoleContext, group_id: str) -> GroupView:
 
 def group_rows(ctx: ConsoleContext) -> list[GroupRow]:
     """Every group with its state, member count and sampled total lag (blocking)."""
+    return group_list(ctx)[0]
+
+
+def group_list(ctx: ConsoleContext) -> tuple[list[GroupRow], list[str]]:
+    """The groups of the brokers that answered ListGroups within :data:`LIST_TIMEOUT_S`
+    (as :func:`group_rows`) and one message per broker that did not (blocking): a killed
+    broker costs its groups, not the page."""
     admin = ctx.admin()
-    listed = admin.list_groups()
+    listed, failures = admin.list_groups_partial(timeout=LIST_TIMEOUT_S)
+    errors = [str(error) for error in failures]
     rows = []
     for index, group in enumerate(listed):
         members: int | None = None
@@ -243,7 +254,7 @@ def group_rows(ctx: ConsoleContext) -> list[GroupRow]:
             except LoglakeError:
                 members = None
         rows.append(GroupRow(group.group_id, group.state, members, None))
-    return rows
+    return rows, errors
 
 
 def sample_lags(ctx: ConsoleContext) -> dict[Key, float]:
@@ -322,13 +333,14 @@ def _group_id(request: Request) -> str:
 
 
 async def list_page(request: Request) -> Response:
-    rows = await blocking(group_rows, console(request))
-    return render(request, "groups_list.html", rows=_with_lag(request, rows))
+    rows, errors = await blocking(group_list, console(request))
+    return render(request, "groups_list.html", rows=_with_lag(request, rows), errors=errors)
 
 
 async def list_live(request: Request) -> Response:
-    rows = await blocking(group_rows, console(request))
-    return render(request, "groups_list_live.html", rows=_with_lag(request, rows))
+    rows, errors = await blocking(group_list, console(request))
+    return render(request, "groups_list_live.html", rows=_with_lag(request, rows),
+                  errors=errors)
 
 
 def _with_lag(request: Request, rows: list[GroupRow]) -> list[GroupRow]:

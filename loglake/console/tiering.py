@@ -232,8 +232,11 @@ def snapshot(ctx: ConsoleContext) -> TieringView:
     storage = catalog.storage()
     urls = catalog.metrics_urls()
     scraped, errors = _scrape_all(urls)
+    visible = ctx.visible_topics()  # a logged-in user sees the topics their Metadata lists
     topics = []
     for name in sorted(catalog.topic_names()):
+        if visible is not None and name not in visible:
+            continue
         meta = catalog.topic(name)
         if meta is None:
             continue

@@ -195,6 +195,7 @@ class TopicView:
 def _meta(ctx: ConsoleContext, name: str) -> TopicMetadata:
     if not valid_topic_name(name):
         raise ValueError(f"invalid topic name {name[:80]!r}")
+    ctx.check_topic_visible(name)
     meta = ctx.catalog().topic(name)
     if meta is None:
         raise UnknownTopicError(f"topic {name!r} does not exist")
@@ -293,8 +294,9 @@ def browse(ctx: ConsoleContext, name: str, query: BrowseQuery) -> Page:
     if query.partition not in meta.assignment:
         raise ValueError(f"topic {name!r} has no partition {query.partition} (partitions: "
                          f"0..{len(meta.assignment) - 1})")
-    consumer = Consumer(ctx.bootstrap(), security=ctx.security, client_id="loglake-console",
-                        isolation_level="read_committed", request_timeout_s=OFFSETS_TIMEOUT_S,
+    consumer = Consumer(ctx.bootstrap(), security=ctx.client_security(),
+                        client_id="loglake-console", isolation_level="read_committed",
+                        request_timeout_s=OFFSETS_TIMEOUT_S,
                         fetch_max_wait_ms=100)
     try:
         low, high = consumer.watermarks(name, query.partition, timeout=OFFSETS_TIMEOUT_S)

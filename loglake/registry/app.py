@@ -37,8 +37,6 @@ trips) to Starlette's thread pool, so the loop never blocks.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -52,6 +50,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from loglake.basic_auth import basic_credentials
 from loglake.catalog.zookeeper import ZooKeeperUnavailableError
 from loglake.errors import LoglakeError
 from loglake.registry.errors import BAD_REQUEST, STORE_ERROR, UNAUTHORIZED, RegistryError
@@ -276,7 +275,7 @@ class BasicAuthMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        credentials = _basic_credentials(headers.get(b"authorization", b""))
+        credentials = basic_credentials(headers.get(b"authorization", b""))
         if credentials is not None and await run_in_threadpool(self.authenticate,
                                                                *credentials):
             await self.app(scope, receive, send)
@@ -285,15 +284,3 @@ class BasicAuthMiddleware:
                           "(a SCRAM user of the cluster)")
         response.headers["WWW-Authenticate"] = 'Basic realm="loglake schema registry"'
         await response(scope, receive, send)
-
-
-def _basic_credentials(header: bytes) -> tuple[str, str] | None:
-    scheme, _, encoded = header.partition(b" ")
-    if scheme.lower() != b"basic":
-        return None
-    try:
-        user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode(
-            ).partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return (user, password) if sep and user else None

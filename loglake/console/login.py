@@ -1,0 +1,95 @@
+"""The console's optional login (``loglake console --basic-auth``): HTTP Basic against the
+cluster's SCRAM users (:class:`loglake.basic_auth.ScramAuthenticator`, shared with the schema
+registry).
+
+:class:`LoginMiddleware` wraps the whole application: every HTTP request except
+``/healthz`` must carry credentials the authenticator accepts, else it gets ``401`` with
+``WWW-Authenticate: Basic realm="loglake console"`` (a browser then asks for them). An
+accepted request runs with :data:`CURRENT_LOGIN` set to its :class:`Login` (user, password and
+the SCRAM mechanism that matched), a context variable: Starlette copies it into the worker
+threads that run the request's blocking calls, so :class:`~loglake.console.context.
+ConsoleContext`'s client accessors act as that user (see there). Background tasks (the lag
+sampler) run without a login and use the console's own ``--command-config`` account.
+
+Passwords: kept only in the request's context and in the per-user client cache
+(:mod:`loglake.console.user_clients`), in memory; never logged, never written.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import html
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import HTMLResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from loglake.basic_auth import basic_credentials
+from loglake.errors import LoglakeError
+
+REALM = "loglake console"
+OPEN_PATHS = frozenset({"/healthz"})
+"""Paths served without credentials (the liveness probe says nothing about the cluster)."""
+
+MechanismCheck = Callable[[str, str], "str | None"]
+"""(user, password) -> the SCRAM mechanism that matched, or None (refused); blocking."""
+
+
+@dataclass(frozen=True)
+class Login:
+    """A logged-in console user."""
+
+    user: str
+    password: str = field(repr=False)
+    mechanism: str
+    """The SCRAM mechanism whose stored credential the password matched."""
+
+
+CURRENT_LOGIN: contextvars.ContextVar[Login | None] = contextvars.ContextVar(
+    "loglake_console_login", default=None)
+
+
+def current_login() -> Login | None:
+    """The login of the request being served (None without ``--basic-auth`` and in
+    background tasks)."""
+    return CURRENT_LOGIN.get()
+
+
+class LoginMiddleware:
+    """Refuse (401) HTTP requests without accepted Basic credentials; run the others with
+    :data:`CURRENT_LOGIN` set. The check runs in the thread pool (ZooKeeper read, PBKDF2)."""
+
+    def __init__(self, app: ASGIApp, *, check: MechanismCheck) -> None:
+        self.app = app
+        self.check = check
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        credentials = basic_credentials(headers.get(b"authorization", b""))
+        mechanism = None
+        if credentials is not None:
+            try:
+                mechanism = await run_in_threadpool(self.check, *credentials)
+            except LoglakeError as exc:  # ZooKeeper unreachable: cannot check now
+                response = HTMLResponse(
+                    f'<div class="error" role="alert"><strong>503</strong> cannot check the '
+                    f"login now: {html.escape(str(exc))}</div>", status_code=503)
+                await response(scope, receive, send)
+                return
+        if credentials is None or mechanism is None:
+            response = HTMLResponse(
+                '<div class="error" role="alert"><strong>401</strong> log in with the name '
+                "and password of a SCRAM user of the cluster</div>", status_code=401,
+                headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
+            await response(scope, receive, send)
+            return
+        token = CURRENT_LOGIN.set(Login(credentials[0], credentials[1], mechanism))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            CURRENT_LOGIN.reset(token)
