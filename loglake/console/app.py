@@ -36,10 +36,12 @@ from loglake.console import (
     jobs,
     overview,
     sampler,
+    schemas,
     security,
     tiering,
     topic_page,
     topics,
+    transactions,
 )
 from loglake.console.context import (
     STATIC_DIR,
@@ -56,7 +58,7 @@ from loglake.errors import LoglakeError
 log = logging.getLogger(__name__)
 
 PAGE_MODULES: tuple[ModuleType, ...] = (overview, topics, topic_page, groups, tiering, jobs,
-                                         security, sampler)
+                                         security, sampler, transactions, schemas)
 """Every module contributing pages (CONSOLE2's modules are added here)."""
 
 
