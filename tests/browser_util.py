@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -49,7 +50,7 @@ CONSOLE_STOP_TIMEOUT_S = 10.0
 PAGE_TIMEOUT_MS = 15_000
 """Playwright's default bound for each action and ``expect`` on a page."""
 
-_URL_LINE = re.compile(r"console: (http://\S+?)/?\s")
+_URL_LINE = re.compile(r"console: (https?://\S+?)/?\s")
 _REPO = Path(__file__).resolve().parent.parent
 _RUN_STAMP = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
 
@@ -87,8 +88,10 @@ class ConsoleProcess:
     """One ``loglake console`` process on a free loopback port (see the module)."""
 
     def __init__(self, zookeeper: str, log_dir: Path, *, bootstrap: str | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), verify: ssl.SSLContext | bool = True
+                 ) -> None:
         self.zookeeper = zookeeper
+        self.verify = verify  # httpx's: a CA file for a console on HTTPS
         self.bootstrap = bootstrap
         self.extra_args = extra_args
         self.log_path = Path(log_dir) / "console.log"
@@ -125,7 +128,7 @@ class ConsoleProcess:
         return found.group(1) if found else ""
 
     def _healthy(self) -> bool:
-        return httpx.get(f"{self.url}/healthz", timeout=5.0).text == "ok"
+        return httpx.get(f"{self.url}/healthz", timeout=5.0, verify=self.verify).text == "ok"
 
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None

@@ -121,8 +121,10 @@ class ClusterInfo:
 
     @property
     def console_url(self) -> str | None:
+        """``http://127.0.0.1:<port>/`` (``https`` with a login in a secured cluster)."""
+        scheme = "https" if self.security is not None else "http"
         return None if self.console_port is None else (
-            f"http://{net.LOOPBACK}:{self.console_port}/")
+            f"{scheme}://{net.LOOPBACK}:{self.console_port}/")
 
     @property
     def metrics_urls(self) -> tuple[str, ...]:
@@ -396,9 +398,14 @@ def _spawn(state: _State, entry: _Entry, *, port_wait: float = 0.0) -> None:
     state.save()
 
 
-def _console_ready(port: int) -> bool:
+def _console_ready(port: int, tls_ca: str = "") -> bool:
+    import ssl
+
+    scheme = "https" if tls_ca else "http"
+    context = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
     try:
-        with urllib.request.urlopen(f"http://{net.LOOPBACK}:{port}/healthz", timeout=1.0) as got:
+        with urllib.request.urlopen(f"{scheme}://{net.LOOPBACK}:{port}/healthz", timeout=1.0,
+                                    context=context) as got:
             return bool(got.status == 200)
     except OSError:
         return False
@@ -423,7 +430,7 @@ def _registry_ready(port: int, tls_ca: str) -> bool:
 
 def _ready(entry: _Entry) -> bool:
     if entry.role == "console":
-        return _console_ready(entry.port)
+        return _console_ready(entry.port, entry.tls_ca)
     if entry.role == "registry":
         return _registry_ready(entry.port, entry.tls_ca)
     if entry.role == "broker":
@@ -615,10 +622,16 @@ def up(
                 command = [sys.executable, "-m", "loglake", "console", "--zookeeper",
                            info.zookeeper_connect, "--port",
                            str(base_port + CONSOLE_PORT_OFFSET)]
-                if security is not None:
-                    command += ["--command-config", str(state.info().client_properties)]
+                console_ca = ""
+                if security is not None:  # HTTPS, and every user logs in (SCRAM users)
+                    console_tls = secure.prepare(data_dir)
+                    command += ["--command-config", str(state.info().client_properties),
+                                "--basic-auth", "--certfile",
+                                str(console_tls.certificates.broker)]
+                    console_ca = str(console_tls.ca)
                 entry = _Entry("console", 1, base_port + CONSOLE_PORT_OFFSET, command,
-                               str(data_dir / "logs" / "console.log"), _broker_env())
+                               str(data_dir / "logs" / "console.log"), _broker_env(),
+                               tls_ca=console_ca)
                 state.entries.append(entry)
                 _spawn(state, entry)
                 _wait_ready([entry], timeout)
