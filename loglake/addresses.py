@@ -18,7 +18,9 @@ Profile: ``<config dir>/current`` where the config dir is ``$LOGLAKE_CONFIG_DIR`
 
 plus ``"command_config": "<path>"`` for a secured dev cluster (``dev up --security sasl_ssl``):
 the client properties file commands use when their brokers come from the profile
-(:func:`loglake.client.security.command_config_path`).
+(:func:`loglake.client.security.command_config_path`), and ``"zookeeper_jaas_file": "<path>"``
+when its ZooKeeper authenticates: the JAAS ``Client`` login of tools reaching that ZooKeeper
+(:func:`loglake.catalog.zk_auth.zk_auth_for_connect`).
 
 ``dev up`` replaces it atomically (temp file, fsync, rename), so a reader sees the old or the
 new profile, never a torn one; ``dev down`` removes it only while it still names that cluster's
@@ -73,12 +75,17 @@ class Profile:
     command_config: str | None = None
     """The client properties file of a secured dev cluster (``dev up --security``): commands
     whose brokers come from this profile connect with it."""
+    zookeeper_jaas_file: str | None = None
+    """The JAAS file (``Client`` section) a dev cluster with ZooKeeper authentication records:
+    tools connecting to its ZooKeeper log in with it (:mod:`loglake.catalog.zk_auth`)."""
 
     def to_json(self) -> str:
         document = {"format": PROFILE_FORMAT, "zookeeper": self.zookeeper,
                     "bootstrap_servers": self.bootstrap_servers, "data_dir": self.data_dir}
         if self.command_config is not None:
             document["command_config"] = self.command_config
+        if self.zookeeper_jaas_file is not None:
+            document["zookeeper_jaas_file"] = self.zookeeper_jaas_file
         return json.dumps(document, indent=2) + "\n"
 
 
@@ -114,9 +121,11 @@ def read_profile(environ: Mapping[str, str] | None = None) -> Profile | None:
         if data.get("format") != PROFILE_FORMAT:
             raise ValueError(f"unknown format {data.get('format')!r}")
         command_config = data.get("command_config")
+        jaas_file = data.get("zookeeper_jaas_file")
         return Profile(str(data["zookeeper"]), str(data["bootstrap_servers"]),
                        str(data["data_dir"]),
-                       None if command_config is None else str(command_config))
+                       None if command_config is None else str(command_config),
+                       None if jaas_file is None else str(jaas_file))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

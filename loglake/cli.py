@@ -12,7 +12,7 @@ from loglake.errors import LoglakeError
 def build_parser() -> argparse.ArgumentParser:
     from loglake import demo
     from loglake.broker import main as broker_main
-    from loglake.catalog import tiering_cli
+    from loglake.catalog import tiering_cli, zk_migration
     from loglake.client import cli as client_cli
     from loglake.client import schemas_cli, users_cli
     from loglake.compaction import cli as compaction_cli
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loglake", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for module in (demo, dev_cli, client_cli, users_cli, tiering_cli, sql_cli, compaction_cli,
-                   console_cli, broker_main, schemas_cli, registry_cli):
+                   console_cli, broker_main, schemas_cli, registry_cli, zk_migration):
         module.register(commands)
     return parser
 

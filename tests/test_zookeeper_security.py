@@ -331,3 +331,87 @@ def test_required_sasl_refuses_anonymous_sessions(tmp_path: Path) -> None:
         finally:
             anonymous.stop()
             anonymous.close()
+
+
+def _loglake(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOGLAKE_ZOOKEEPER_SASL")}
+    return subprocess.run([sys.executable, "-m", "loglake", *argv], env={**clean, **env},
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_secured_dev_cluster_secures_its_zookeeper(tmp_path: Path) -> None:
+    """``DevCluster(security="sasl_ssl")`` with its own ZooKeeper (what ``loglake dev up
+    --security sasl_ssl`` starts): ZooKeeper authenticates, every znode gets Kafka's ACLs, a raw
+    anonymous kazoo client changes nothing; the registry, the CLI (by the environment
+    ``tool_env`` gives, or by the dev profile alone) and the harness log in and work."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from loglake import addresses
+
+    with DevCluster(tmp_path / "dev", security="sasl_ssl", registry=True) as dev:
+        jaas = dev.info.zookeeper_jaas_file
+        assert jaas is not None and Path(jaas).stat().st_mode & 0o077 == 0
+        assert f"zookeeper.sasl.jaas.file={jaas}" in dev.info.summary_lines()
+        assert "zookeeper.set.acl=true" in (tmp_path / "dev" / "broker-1" /
+                                            "server.properties").read_text()
+        topic = f"zkdev-{uuid.uuid4().hex[:8]}"
+        dev.create_topic(topic, partitions=1)  # the harness's own ZooKeeper client logs in
+        producer = Producer(dev.client_config())
+        producer.produce(topic, b"v")
+        assert producer.flush(30) == 0
+        del producer
+        # the registry (started by `up`) writes /loglake/schemas logged in
+        registry = SchemaRegistryClient(dev.registry_config())
+        schema_id = registry.register_schema(f"{topic}-value", Schema('"string"', "AVRO"))
+
+        anonymous = _kazoo(dev.zookeeper_hosts)
+        try:
+            chroot = dev.chroot
+            targets = [chroot, f"{chroot}/brokers/ids/1", f"{chroot}/brokers/topics/{topic}",
+                       f"{chroot}/kafka-acl", f"{chroot}/loglake",
+                       f"{chroot}/loglake/schemas/ids/{schema_id}", f"{chroot}/controller"]
+            for path in targets:
+                acls, _ = anonymous.get_acls(path)
+                assert {(a.id.scheme, a.id.id, a.perms) for a in acls} == {
+                    ("sasl", "kafka", Permissions.ALL),
+                    ("world", "anyone", Permissions.READ)}, path
+                assert _refused(lambda p=path: anonymous.set(p, b"rewritten")), path
+                assert _refused(lambda p=path: anonymous.set_acls(p, OPEN_ACL_UNSAFE)), path
+                if anonymous.exists(path).ephemeralOwner == 0:
+                    assert _refused(lambda p=path: anonymous.create(f"{p}/intruder")), path
+            assert _refused(lambda: anonymous.delete(f"{chroot}/brokers/topics/{topic}",
+                                                     recursive=True))
+            assert _refused(lambda: anonymous.get(f"{chroot}/config/users/admin"))
+        finally:
+            anonymous.stop()
+            anonymous.close()
+
+        # tools: refused anonymously, done with the cluster's login from the environment ...
+        acl = ["acls", "add", "--zookeeper", dev.zookeeper_connect, "--allow-principal",
+               "User:alice", "--operation", "Read", "--topic", topic]
+        no_profile = {"LOGLAKE_CONFIG_DIR": str(tmp_path / "no-profile")}
+        refused = _loglake(*acl, env=no_profile)
+        assert refused.returncode == 1 and "NoAuth" in refused.stderr, refused.stderr
+        done = _loglake(*acl, env={**no_profile, **dev.tool_env()})
+        assert done.returncode == 0, done.stderr
+        # ... or from the profile `loglake dev up` writes (no environment at all)
+        config_dir = tmp_path / "config"
+        addresses.write_profile(addresses.Profile(
+            dev.zookeeper_connect, dev.bootstrap_servers, str(dev.data_dir),
+            str(dev.client_properties), jaas), {"LOGLAKE_CONFIG_DIR": str(config_dir)})
+        created = _loglake("users", "create", "bob", "--zookeeper", dev.zookeeper_connect,
+                           "--password", "bob-secret",
+                           env={"LOGLAKE_CONFIG_DIR": str(config_dir)})
+        assert created.returncode == 0, created.stderr
+        listed = _loglake("acls", "list", "--zookeeper", dev.zookeeper_connect, "--topic",
+                          topic, env={"LOGLAKE_CONFIG_DIR": str(config_dir)})
+        assert listed.returncode == 0 and "User:alice" in listed.stdout, listed.stderr
+        owner = _kazoo(dev.zookeeper_hosts, "kafka",
+                       Path(jaas).read_text().split('password="')[1].split('"')[0])
+        try:
+            assert b"SCRAM-SHA-512" in owner.get(f"{dev.chroot}/config/users/bob")[0]
+            acls, _ = owner.get_acls(f"{dev.chroot}/config/users/bob")
+            assert {(a.id.scheme, a.id.id) for a in acls} == {("sasl", "kafka")}
+        finally:
+            owner.stop()
+            owner.close()

@@ -26,7 +26,11 @@ Settings (the same names everywhere; each source is consulted in the order liste
   A tool that authenticates also sets ACLs on what it creates unless ``zookeeper.set.acl`` says
   otherwise (Kafka's tools do the same: secure iff ZooKeeper SASL is on).
   :class:`~loglake.catalog.zookeeper.ClusterCatalog` reads the environment when it is given no
-  :class:`ZkAuth`, so every tool gains authentication from the environment alone.
+  :class:`ZkAuth` (:func:`zk_auth_for_connect`), so every tool gains authentication from the
+  environment alone; with nothing in the environment, the dev profile (``loglake dev up``,
+  :mod:`loglake.addresses`) supplies the ZooKeeper JAAS file of its cluster when the catalog
+  connects to that cluster's ZooKeeper hosts (the credentials belong to the ZooKeeper server,
+  whatever the chroot).
 
 Nothing set anywhere: no authentication and open znodes, exactly as before this module.
 
@@ -53,6 +57,7 @@ from dataclasses import dataclass, field
 from kazoo.security import ACL, CREATOR_ALL_ACL, READ_ACL_UNSAFE
 from kio.schema.errors import ErrorCode
 
+from loglake import addresses
 from loglake.errors import InvalidConfigError, LoglakeError
 
 MECHANISM = "DIGEST-MD5"
@@ -257,3 +262,28 @@ def zk_auth_from_properties(props: Mapping[str, str],
 def zk_auth_from_environment(environ: Mapping[str, str] | None = None) -> ZkAuth:
     """The :class:`ZkAuth` the environment variables give (:data:`NO_AUTH` when none are set)."""
     return resolve_zk_auth(environ=environ)
+
+
+def _hosts(connect: str) -> str:
+    """The host list of a ``zookeeper.connect`` string (chroot dropped, order kept)."""
+    slash = connect.find("/")
+    return (connect if slash < 0 else connect[:slash]).strip()
+
+
+def zk_auth_for_connect(connect: str, environ: Mapping[str, str] | None = None) -> ZkAuth:
+    """The :class:`ZkAuth` of a tool connecting to ``connect`` that was given none: the
+    environment variables if any is set, else the ZooKeeper JAAS file the dev profile records
+    for a cluster on the same ZooKeeper hosts, else :data:`NO_AUTH`. Raises
+    InvalidConfigError on half or unreadable credentials (an unreadable profile counts as
+    none: :mod:`loglake.addresses` reports it where the address itself comes from it)."""
+    env = os.environ if environ is None else environ
+    if any(env.get(name) for name in ENVIRONMENT.values()):
+        return resolve_zk_auth(environ=env)
+    try:
+        profile = addresses.read_profile(env)
+    except addresses.AddressError:
+        return NO_AUTH
+    if (profile is None or not profile.zookeeper_jaas_file
+            or _hosts(profile.zookeeper) != _hosts(connect)):
+        return NO_AUTH
+    return resolve_zk_auth(jaas_file=profile.zookeeper_jaas_file, environ={})

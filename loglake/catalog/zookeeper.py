@@ -129,7 +129,7 @@ from loglake.catalog.zk_auth import (
     ZooKeeperAuthenticationError,
     ZooKeeperNoAuthError,
     acl_for,
-    zk_auth_from_environment,
+    zk_auth_for_connect,
 )
 from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
 
@@ -528,9 +528,10 @@ class ClusterCatalog:
         self._hosts, self._chroot = split_connect(connect)
         self.mode = mode
         self.session_timeout = session_timeout
-        self.auth = auth if auth is not None else zk_auth_from_environment()
+        self.auth = auth if auth is not None else zk_auth_for_connect(connect)
         """Our ZooKeeper identity and ACL policy (catalog/zk_auth.py); without ``auth``, the
-        LOGLAKE_ZOOKEEPER_SASL_* environment (anonymous and open znodes when unset)."""
+        LOGLAKE_ZOOKEEPER_SASL_* environment, else the dev profile's ZooKeeper login for these
+        hosts (anonymous and open znodes when neither)."""
         self.zk = self._client(self._hosts + self._chroot, session_timeout)
         self._start_timeout = timeout
         self._lock = threading.Lock()

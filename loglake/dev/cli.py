@@ -7,7 +7,10 @@
 ``security.protocol=SASL_SSL``, ``command.config=DIR/security/client.properties`` (the admin
 user; librdkafka form: ``loglake --command-config``, ``kcat -F``) and
 ``java.command.config=...`` (Kafka's tools), and records the first in the profile, so later
-commands on this cluster log in as the admin without ``--command-config``;
+commands on this cluster log in as the admin without ``--command-config``; with its own
+ZooKeeper it also secures ZooKeeper (``--no-zookeeper-auth`` leaves it open; see
+:mod:`loglake.dev.secure`), prints ``zookeeper.sasl.jaas.file=...`` and records it in the
+profile, so tools reaching that ZooKeeper log in with it;
 ``dev up`` also turns the brokers' metrics on and prints ``metrics=<URL>,...`` (each broker's
 ``/metrics``, on its port + 2000; ``--no-metrics`` leaves them off);
 ``dev up`` starts the web console too (``loglake console`` on the base port + 3000, printed as
@@ -70,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="sasl_ssl: TLS with a generated CA, SCRAM logins, an admin super user "
                          "and the ACL authorizer (default deny); prints the client properties "
                          "file (DIR/security/client.properties) that commands then use")
+    up.add_argument("--zookeeper-auth", action=argparse.BooleanOptionalAction, default=None,
+                    help="ZooKeeper with SASL (DIGEST-MD5): brokers and tools log in and "
+                         "create znodes with Kafka's ACLs (zookeeper.set.acl), so an anonymous "
+                         "ZooKeeper client cannot change them (default: on with --security)")
     up.add_argument("--no-metrics", action="store_true",
                     help="do not serve /metrics (by default each broker serves it on its "
                          "port + 2000 and the URLs are printed as metrics=...)")
@@ -167,14 +174,15 @@ def _up(args: argparse.Namespace) -> int:
                       zookeeper_port=args.zookeeper_port, zookeepers=args.zookeepers,
                       broker_overrides=_overrides(args), timeout=args.timeout,
                       security=args.security, metrics=not args.no_metrics,
-                      console=not args.no_console, registry=not args.no_registry)
+                      console=not args.no_console, registry=not args.no_registry,
+                      zookeeper_auth=args.zookeeper_auth)
     for line in info.summary_lines():
         print(line)
     command_config = None if info.client_properties is None else str(info.client_properties)
     try:
         path = addresses.write_profile(addresses.Profile(
             info.zookeeper_connect, info.bootstrap_servers, str(info.data_dir),
-            command_config))
+            command_config, info.zookeeper_jaas_file))
     except OSError as exc:  # the cluster runs; only the convenience is missing
         print(f"loglake: warning: could not record this cluster as the current profile "
               f"({exc}); pass the addresses above to commands", file=sys.stderr)

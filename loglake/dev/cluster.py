@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import loglake
+from loglake.catalog import zk_auth
 from loglake.dev import net, process, secure
 from loglake.dev.errors import ClusterStateError, DevError, StartupError
 from loglake.dev.process import ProcessHandle
@@ -110,6 +111,9 @@ class ClusterInfo:
     """The web console's port when ``up`` started one."""
     registry_port: int | None = None
     """The schema registry's port when ``up`` started one."""
+    zookeeper_jaas_file: str | None = None
+    """With ZooKeeper authentication (``up(..., zookeeper_auth=...)``): the JAAS ``Client``
+    file brokers and tools log in to ZooKeeper with (:mod:`loglake.dev.secure`)."""
 
     @property
     def registry_url(self) -> str | None:
@@ -163,7 +167,15 @@ class ClusterInfo:
             lines += [f"security.protocol={self.security.upper()}",
                       f"command.config={self.client_properties}",
                       f"java.command.config={self.java_client_properties}"]
+        if self.zookeeper_jaas_file is not None:
+            lines.append(f"zookeeper.sasl.jaas.file={self.zookeeper_jaas_file}")
         return lines
+
+    def tool_env(self) -> dict[str, str]:
+        """Environment of a loglake tool driven against this cluster: its ZooKeeper login
+        (``LOGLAKE_ZOOKEEPER_SASL_JAAS_FILE``) when ZooKeeper authenticates, else nothing."""
+        return {} if self.zookeeper_jaas_file is None else {
+            zk_auth.ENV_JAAS_FILE: self.zookeeper_jaas_file}
 
     @property
     def client_properties(self) -> Path | None:
@@ -219,6 +231,7 @@ class _State:
     external_zookeeper: str | None = None
     security: str | None = None
     metrics: bool = False
+    zookeeper_jaas_file: str | None = None
 
     def of(self, role: Role) -> list[_Entry]:
         return [entry for entry in self.entries if entry.role == role]
@@ -236,7 +249,8 @@ class _State:
                            tuple(e.port for e in self.of("zookeeper")), self.chroot,
                            self.external_zookeeper, self.security, self.metrics,
                            next((e.port for e in self.of("console")), None),
-                           next((e.port for e in self.of("registry")), None))
+                           next((e.port for e in self.of("registry")), None),
+                           self.zookeeper_jaas_file)
 
     def save(self) -> None:
         document = {
@@ -250,6 +264,8 @@ class _State:
             document["security"] = self.security
         if self.metrics:
             document["metrics"] = True
+        if self.zookeeper_jaas_file is not None:
+            document["zookeeper_jaas_file"] = self.zookeeper_jaas_file
         write_durably(self.data_dir / STATE_FILE, json.dumps(document, indent=2) + "\n")
 
 
@@ -266,7 +282,8 @@ def _load_state(data_dir: Path) -> _State | None:
         raise ClusterStateError(f"{path} has unknown format {document.get('format')!r}")
     entries = [_Entry(**raw) for raw in document["processes"]]
     return _State(data_dir, document["chroot"], entries, document.get("external_zookeeper"),
-                  document.get("security"), bool(document.get("metrics", False)))
+                  document.get("security"), bool(document.get("metrics", False)),
+                  document.get("zookeeper_jaas_file"))
 
 
 def _require_state(data_dir: Path) -> _State:
@@ -465,11 +482,15 @@ def _wait_ready(entries: Sequence[_Entry], timeout: float) -> None:
             time.sleep(0.1)
 
 
-def _ensure_chroot(hosts: str, chroot: str, timeout: float) -> None:
-    """Create the brokers' chroot znode so brokers can connect under it."""
-    from kazoo.client import KazooClient  # heavy import, only needed here
+def _ensure_chroot(hosts: str, chroot: str, timeout: float,
+                   login: secure.ZooKeeperLogin | None = None) -> None:
+    """Create the brokers' chroot znode so brokers can connect under it (logged in as
+    ``login`` with Kafka's secure ACL when ZooKeeper authenticates)."""
+    from loglake.catalog.zk_acls import PathAclKazooClient  # heavy import, only needed here
 
-    client = KazooClient(hosts=hosts, timeout=timeout)
+    client = PathAclKazooClient(
+        hosts=hosts, timeout=timeout, sasl_options=None if login is None else login.sasl_options(),
+        acl_policy=None if login is None else zk_auth.acl_for)
     try:
         client.start(timeout=timeout)
         client.ensure_path(chroot)
@@ -481,15 +502,20 @@ def _ensure_chroot(hosts: str, chroot: str, timeout: float) -> None:
         client.close()
 
 
-def _zookeeper_servers(data_dir: Path, first_port: int, count: int) -> list[ZooKeeperServer]:
-    """The ZooKeeper members of a dev cluster: standalone for one, a loopback ensemble else."""
+def _zookeeper_servers(data_dir: Path, first_port: int, count: int,
+                       login: secure.ZooKeeperLogin | None = None) -> list[ZooKeeperServer]:
+    """The ZooKeeper members of a dev cluster: standalone for one, a loopback ensemble else;
+    with ``login``, SASL (DIGEST-MD5) with that one user in their JAAS ``Server`` section."""
+    users = None if login is None else {login.username: login.password}
     if count == 1:
         return [ZooKeeperServer(data_dir / "zookeeper" / "node-1", client_port=first_port,
-                                log_path=data_dir / "logs" / "zookeeper-1.log")]
+                                log_path=data_dir / "logs" / "zookeeper-1.log",
+                                sasl_users=users)]
     peers = ensemble_peers(first_port, count)
     return [ZooKeeperServer(data_dir / "zookeeper" / f"node-{peer.server_id}",
                             client_port=peer.client_port, server_id=peer.server_id, peers=peers,
-                            log_path=data_dir / "logs" / f"zookeeper-{peer.server_id}.log")
+                            log_path=data_dir / "logs" / f"zookeeper-{peer.server_id}.log",
+                            sasl_users=users)
             for peer in peers]
 
 
@@ -508,6 +534,7 @@ def up(
     metrics: bool = False,
     console: bool = False,
     registry: bool = False,
+    zookeeper_auth: bool | None = None,
 ) -> ClusterInfo:
     """Start ZooKeeper (``zookeepers`` members) and ``brokers`` brokers rooted in ``data_dir``.
 
@@ -523,7 +550,11 @@ def up(
     base port + :data:`REGISTRY_PORT_OFFSET` (ready when ``GET /`` answers; in a secured
     cluster over HTTPS with the cluster's certificate and HTTP Basic auth against the SCRAM
     users, and the client properties file gets ``schema.registry.url`` and
-    ``basic.auth.user.info``); the info names its URL.
+    ``basic.auth.user.info``); the info names its URL. ``zookeeper_auth`` (default: on for a
+    secured cluster with its own ZooKeeper, off otherwise; an external ZooKeeper has its own
+    users, so it cannot be turned on there): ZooKeeper with SASL, brokers logging in with
+    ``zookeeper.set.acl=true``, and the console and registry logging in too
+    (:mod:`loglake.dev.secure`); the info names the JAAS file tools log in with.
 
     Returns once every ZooKeeper member serves clients and every broker answers ApiVersions, each
     wait bounded by ``timeout`` seconds. Existing data in ``data_dir`` is reused. Refuses
@@ -537,6 +568,12 @@ def up(
     if security is not None and security not in secure.SECURITY_MODES:
         raise ValueError(f"security must be one of {', '.join(secure.SECURITY_MODES)}, "
                          f"got {security!r}")
+    if zookeeper_auth is None:
+        zookeeper_auth = security is not None and external_zookeeper is None
+    if zookeeper_auth and external_zookeeper is not None:
+        raise ValueError("ZooKeeper authentication needs the dev cluster's own ZooKeeper (an "
+                         "external one has its own SASL users): drop zookeeper_auth or "
+                         "external_zookeeper")
     data_dir = Path(data_dir).absolute()
     with _locked(data_dir, create=True):
         previous = _load_state(data_dir)
@@ -550,8 +587,9 @@ def up(
 
         first_zk_port = base_port + ZOOKEEPER_PORT_OFFSET if zookeeper_port is None \
             else zookeeper_port
+        login = secure.prepare_zookeeper_login(data_dir) if zookeeper_auth else None
         servers = [] if external_zookeeper is not None else \
-            _zookeeper_servers(data_dir, first_zk_port, zookeepers)
+            _zookeeper_servers(data_dir, first_zk_port, zookeepers, login)
         zk_commands = [server.command() for server in servers]  # fails early without java
         wanted = [base_port + index for index in range(brokers)]
         extra_ports = [port + offset for port in wanted
@@ -578,7 +616,8 @@ def up(
                   f"overlap the kernel's ephemeral range {low}-{high}; prefer a base port "
                   f"below {low}", file=sys.stderr)
 
-        state = _State(data_dir, chroot, [], external_zookeeper, security, metrics)
+        state = _State(data_dir, chroot, [], external_zookeeper, security, metrics,
+                       None if login is None else str(login.jaas_file))
         try:
             zk_entries = []
             for server, command in zip(servers, zk_commands, strict=True):
@@ -590,12 +629,15 @@ def up(
                 _spawn(state, entry)
             _wait_ready(zk_entries, timeout)
             info = state.info()
-            _ensure_chroot(info.zookeeper_hosts, chroot, timeout)
+            _ensure_chroot(info.zookeeper_hosts, chroot, timeout, login)
             overrides = dict(broker_overrides or {})
+            if login is not None:
+                overrides = {**login.broker_overrides(), **overrides}
             tls_ca = ""
             if security is not None:
                 setup = secure.prepare(data_dir)
-                secure.create_admin_user(setup, info.zookeeper_connect, timeout)
+                secure.create_admin_user(setup, info.zookeeper_connect, timeout,
+                                         zookeeper_login=login)
                 overrides = {**secure.broker_overrides(setup), **overrides}
                 tls_ca = str(setup.ca)
 
@@ -630,8 +672,8 @@ def up(
                                 str(console_tls.certificates.broker)]
                     console_ca = str(console_tls.ca)
                 entry = _Entry("console", 1, base_port + CONSOLE_PORT_OFFSET, command,
-                               str(data_dir / "logs" / "console.log"), _broker_env(),
-                               tls_ca=console_ca)
+                               str(data_dir / "logs" / "console.log"),
+                               {**_broker_env(), **info.tool_env()}, tls_ca=console_ca)
                 state.entries.append(entry)
                 _spawn(state, entry)
                 _wait_ready([entry], timeout)
@@ -655,7 +697,7 @@ def _start_registry(state: _State, data_dir: Path, port: int, timeout: float) ->
         command += ["--certfile", str(setup.certificates.broker), "--basic-auth"]
         tls_ca = str(setup.ca)
     entry = _Entry("registry", 1, port, command, str(data_dir / "logs" / "registry.log"),
-                   _broker_env(), tls_ca=tls_ca)
+                   {**_broker_env(), **info.tool_env()}, tls_ca=tls_ca)
     state.entries.append(entry)
     _spawn(state, entry)
     _wait_ready([entry], timeout)

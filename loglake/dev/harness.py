@@ -157,6 +157,7 @@ class DevCluster:
         chroot: str | None = None,
         security: Security | None = None,
         registry: bool = False,
+        zookeeper_auth: bool | None = None,
     ) -> None:
         """``zookeeper``: connection string (no chroot) of a running ZooKeeper to use instead of
         starting one; the brokers then live under ``chroot`` (default: a fresh
@@ -165,7 +166,9 @@ class DevCluster:
         then holds the admin's settings, which the harness's own admin calls use.
         ``registry``: also run a schema registry (``loglake registry``) on the base port +
         ``cluster.REGISTRY_PORT_OFFSET``: :attr:`registry_url` (HTTPS + basic auth as the
-        admin when secured: :meth:`registry_config`)."""
+        admin when secured: :meth:`registry_config`). ``zookeeper_auth``: ZooKeeper with SASL
+        and Kafka's znode ACLs (default: on for a secured cluster with its own ZooKeeper; see
+        ``cluster.up``); :meth:`tool_env` then holds the ZooKeeper login of tools."""
         if zookeeper is not None and zookeepers != 1:
             raise ValueError("an external ZooKeeper replaces the cluster's own ensemble")
         zk_ports = 0 if zookeeper is not None else 1 if zookeepers == 1 else 3 * zookeepers
@@ -195,6 +198,7 @@ class DevCluster:
         self.stop_timeout = stop_timeout
         self.security = security
         self.registry = registry
+        self.zookeeper_auth = zookeeper_auth
         self._info: ClusterInfo | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -206,7 +210,7 @@ class DevCluster:
             zookeeper_port=self.zookeeper_port, zookeepers=self.zookeepers,
             broker_overrides=self.broker_overrides or None, timeout=self.start_timeout,
             external_zookeeper=self.external_zookeeper, chroot=self.requested_chroot,
-            security=self.security, registry=self.registry)
+            security=self.security, registry=self.registry, zookeeper_auth=self.zookeeper_auth)
         return self
 
     def stop(self) -> None:
@@ -285,6 +289,21 @@ class DevCluster:
         """The admin's client properties file (librdkafka form) of a secured cluster."""
         return self.info.client_properties
 
+    def tool_env(self) -> dict[str, str]:
+        """Environment variables a loglake tool (subprocess) needs to log in to this cluster's
+        ZooKeeper (``LOGLAKE_ZOOKEEPER_SASL_JAAS_FILE``); empty without ZooKeeper auth."""
+        return self.info.tool_env()
+
+    def zookeeper_sasl_options(self) -> dict[str, str] | None:
+        """kazoo's ``sasl_options`` of the cluster's ZooKeeper user (None without ZooKeeper
+        auth): what the harness's own ZooKeeper clients log in with."""
+        path = self.info.zookeeper_jaas_file
+        if path is None:
+            return None
+        from loglake.catalog.zk_auth import resolve_zk_auth
+
+        return resolve_zk_auth(jaas_file=path, environ={}).sasl_options()
+
     def client_config(self) -> dict[str, str | int | float | bool]:
         """librdkafka settings reaching this cluster (bootstrap servers; for a secured cluster
         also the admin's security settings, from its client properties file)."""
@@ -328,7 +347,8 @@ class DevCluster:
         from kazoo.client import KazooClient
         from kazoo.exceptions import NoNodeError
 
-        zk = KazooClient(hosts=self.zookeeper_connect, timeout=timeout)
+        zk = KazooClient(hosts=self.zookeeper_connect, timeout=timeout,
+                         sasl_options=self.zookeeper_sasl_options())
         zk.start(timeout=timeout)
         admin = AdminClient(self.client_config())
 

@@ -27,6 +27,22 @@ also used between brokers; PEM keystore/truststore; SCRAM-SHA-256/512; the ACL a
 ``super.users=User:admin``. ``server.properties`` then holds the admin password (inside the
 JAAS entry of the broker's own login), as Kafka's does: ``dev up`` writes it with mode 0600.
 
+ZooKeeper authentication (``dev up --security sasl_ssl`` with its own ZooKeeper; on by default
+there, ``--no-zookeeper-auth`` turns it off), Kafka's issue-15 item 6 set-up::
+
+    DIR/security/zookeeper.password        the ZooKeeper user's password (0600; made once)
+    DIR/security/zookeeper-client.jaas     the JAAS ``Client`` section (ZooKeeper's
+                                           DigestLoginModule, user :data:`ZOOKEEPER_USER`):
+                                           what brokers (``zookeeper.sasl.jaas.file``) and tools
+                                           (``LOGLAKE_ZOOKEEPER_SASL_JAAS_FILE``, the profile's
+                                           ``zookeeper_jaas_file``) log in with (0600)
+
+The dev ZooKeeper gets a JAAS ``Server`` section with that one user (SASL DIGEST-MD5; anonymous
+sessions are still served and meet the znodes' ACLs, as in Kafka's usual set-up); the brokers
+run with ``zookeeper.set.acl=true``, so every znode gets Kafka's ACLs (creator ALL, world READ,
+nothing for the world under ``/config/users`` and ``/config/brokers``). The admin's SCRAM
+credentials and the chroot are written logged in, with those ACLs, before any broker starts.
+
 Blocking (file and ZooKeeper I/O); called by ``dev up`` only.
 """
 
@@ -34,10 +50,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from loglake.catalog.zk_auth import JAAS_FILE, MECHANISM, SET_ACL, acl_for
 from loglake.dev.certs import DevCertificates, ensure_dev_certificates, write_private
 
 Security = Literal["sasl_ssl"]
@@ -50,6 +67,51 @@ BROKER_MECHANISM = "SCRAM-SHA-512"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 LISTENER = "SASL_SSL"
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+ZOOKEEPER_USER = "kafka"
+"""The ZooKeeper SASL user of a dev cluster's brokers and tools (Kafka's habit: one user)."""
+ZOOKEEPER_JAAS = "zookeeper-client.jaas"
+ZOOKEEPER_PASSWORD = "zookeeper.password"
+ZOOKEEPER_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
+
+
+@dataclass(frozen=True)
+class ZooKeeperLogin:
+    """The ZooKeeper SASL user of a dev cluster and the JAAS file holding its login."""
+
+    username: str
+    password: str = field(repr=False)
+    jaas_file: Path
+
+    def sasl_options(self) -> dict[str, str]:
+        """kazoo's ``sasl_options`` (a fresh dict)."""
+        return {"mechanism": MECHANISM, "username": self.username, "password": self.password}
+
+    def broker_overrides(self) -> dict[str, str]:
+        """``server.properties`` lines: log in to ZooKeeper and set Kafka's znode ACLs."""
+        return {JAAS_FILE: str(self.jaas_file), SET_ACL: "true"}
+
+
+def prepare_zookeeper_login(data_dir: Path) -> ZooKeeperLogin:
+    """The ZooKeeper user's password (made once, random, kept) and its JAAS ``Client`` file
+    under ``DIR/security``."""
+    folder = security_dir(data_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    password_file = folder / ZOOKEEPER_PASSWORD
+    try:
+        password = password_file.read_text().strip()
+    except FileNotFoundError:
+        password = ""
+    if not password:
+        password = secrets.token_urlsafe(18)
+        write_private(password_file, (password + "\n").encode())
+    login = ZooKeeperLogin(ZOOKEEPER_USER, password, folder / ZOOKEEPER_JAAS)
+    jaas = ("// Written by `loglake dev up --security sasl_ssl`: the ZooKeeper login of this\n"
+            "// cluster's brokers and tools (SASL DIGEST-MD5).\n"
+            f"Client {{\n    {ZOOKEEPER_LOGIN_MODULE} required\n"
+            f"    username={_quoted(login.username)}\n"
+            f"    password={_quoted(login.password)};\n}};\n")
+    write_private(login.jaas_file, jaas.encode())
+    return login
 
 
 @dataclass(frozen=True)
@@ -166,16 +228,22 @@ def broker_overrides(setup: SecuredSetup) -> dict[str, str]:
 
 
 def create_admin_user(setup: SecuredSetup, zookeeper_connect: str, timeout: float,
-                      auth: Mapping[str, object] | None = None) -> None:
+                      auth: Mapping[str, object] | None = None,
+                      zookeeper_login: ZooKeeperLogin | None = None) -> None:
     """Store the admin's SCRAM credentials (both mechanisms) under ``zookeeper_connect``
     (hosts + chroot), as ``kafka-configs --zookeeper --alter --add-config`` would.
-    ``auth``: extra KazooClient arguments (e.g. ``sasl_options`` for a secured ZooKeeper)."""
-    from kazoo.client import KazooClient  # heavy imports, only needed here
-
+    ``auth``: extra KazooClient arguments (e.g. ``sasl_options`` for a secured ZooKeeper);
+    ``zookeeper_login``: log in as that user and create the znodes with Kafka's ACLs."""
     from loglake.broker.security.scram_credentials import store_user_credential
     from loglake.catalog.entity_configs import EntityConfigStore
+    from loglake.catalog.zk_acls import PathAclKazooClient  # heavy imports, only needed here
 
-    client = KazooClient(hosts=zookeeper_connect, timeout=timeout, **dict(auth or {}))
+    options: dict[str, Any] = dict(auth or {})
+    if zookeeper_login is not None:
+        options["sasl_options"] = zookeeper_login.sasl_options()
+    client = PathAclKazooClient(hosts=zookeeper_connect, timeout=timeout,
+                                acl_policy=None if zookeeper_login is None else acl_for,
+                                **options)
     try:
         client.start(timeout=timeout)
         store = EntityConfigStore(client)
