@@ -805,6 +805,13 @@ class BrokerConfig:
                 raise InvalidConfigError(f"Missing required broker setting {setting.names[0]}")
         topic_defaults = {topic_key: props[prop]
                           for prop, topic_key in TOPIC_DEFAULT_PROPERTIES.items() if prop in props}
+    controller_quota_window_num: int = _setting(
+        "controller.quota.window.num", "KIP-599: with quota.window.size.seconds' controller "
+        "twin, the burst of controller_mutation_rate quotas (window.num x window.size x rate "
+        "partitions).", _at_least_one, 11)
+    controller_quota_window_size_seconds: int = _setting(
+        "controller.quota.window.size.seconds", "Seconds one controller mutation quota window "
+        "spans (see controller.quota.window.num).", _at_least_one, 1)
         TopicConfig.from_overrides(topic_defaults)  # validate early
         values: dict[str, Any] = {}
         try:

@@ -259,6 +259,13 @@ class UnknownLeaderEpochError(LoglakeError):
     code = ErrorCode.unknown_leader_epoch
 
 
+class ThrottlingQuotaExceededError(LoglakeError):
+    """KIP-599: the user/client id's ``controller_mutation_rate`` quota is used up; the topic
+    was not created/deleted (strict quota versions)."""
+
+    code = ErrorCode.throttling_quota_exceeded
+
+
 class SaslAuthenticationError(LoglakeError):
     """SASL authentication to a broker failed (bad credentials, a mechanism the listener does
     not enable, or an exchange out of order)."""

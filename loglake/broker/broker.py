@@ -185,8 +185,10 @@ class Broker:
             acl_authorizer = AclAuthorizer.from_config(config)
             self.authorizer = acl_authorizer
             self.acl_sync = AclSync(self.zk, acl_authorizer, stopping=self._is_stopping)
-        self.quotas = ClientQuotas(samples=config.quota_window_num,
-                                   window_s=config.quota_window_size_seconds)
+        self.quotas = ClientQuotas(
+            samples=config.quota_window_num, window_s=config.quota_window_size_seconds,
+            controller_samples=config.controller_quota_window_num,
+            controller_window_s=config.controller_quota_window_size_seconds)
         self.quota_sync = QuotaConfigSync(self.zk, self.quotas, stopping=self._is_stopping)
         self.services = BrokerServices(
             config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,

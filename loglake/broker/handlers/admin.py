@@ -33,6 +33,8 @@ from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
 from loglake.broker.handlers import authz, broker_configs
+from loglake.broker.quotas.controller_mutation import UNBOUNDED, MutationQuota
+from loglake.broker.quotas.enforcement import controller_mutation_quota, with_mutation_throttle
 from loglake.broker.security.acl_model import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.broker.topics import assign_replicas, validate_topic_name
 from loglake.config import TOPIC_CONFIG_KEYS, TopicConfig
@@ -82,6 +84,7 @@ async def create_topic(
     manual: Mapping[int, tuple[int, ...]],
     *,
     validate_only: bool = False,
+    mutation_quota: MutationQuota = UNBOUNDED,
 ) -> tuple[dict[int, tuple[int, ...]], TopicConfig, uuid.UUID]:
     """Validate and (unless ``validate_only``) create a topic; raises LoglakeError subclasses."""
     validate_topic_name(name)
@@ -126,6 +129,7 @@ async def create_topic(
                                      partitions, factor)
     topic_id = uuid.uuid4()
     if not validate_only:
+        mutation_quota.record(len(assignment))  # KIP-599: may raise THROTTLING_QUOTA_EXCEEDED
         await services.zk.call(
             lambda: services.zk.catalog.create_topic(name, assignment, config.overrides,
                                                      topic_id=str(topic_id))
@@ -154,6 +158,7 @@ async def create_topics(services: BrokerServices, frame: RequestFrame) -> Any:
                                             ResourceType.TOPIC, candidates)
     describable = authz.filter_authorized(services, frame, AclOperation.DESCRIBE_CONFIGS,
                                           ResourceType.TOPIC, candidates, log_if_denied=False)
+    quota = controller_mutation_quota(services.quotas, frame)
     results = []
     for topic in request.topics:
         result: dict[str, Any] = {"name": topic.name, "num_partitions": -1,
@@ -179,7 +184,7 @@ async def create_topics(services: BrokerServices, frame: RequestFrame) -> Any:
             manual = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
             assignment, config, topic_id = await create_topic(
                 services, topic.name, topic.num_partitions, topic.replication_factor, configs,
-                manual, validate_only=request.validate_only,
+                manual, validate_only=request.validate_only, mutation_quota=quota,
             )
             result["error_code"] = ErrorCode.none
             if topic.name in describable:
@@ -193,7 +198,8 @@ async def create_topics(services: BrokerServices, frame: RequestFrame) -> Any:
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message,
                           topic_config_error_code=ErrorCode.none)
-    return build(response_class(19, frame.api_version), {"topics": results})
+    return with_mutation_throttle(
+        quota, frame, build(response_class(19, frame.api_version), {"topics": results}))
 
 
 async def delete_topics(services: BrokerServices, frame: RequestFrame) -> Any:
@@ -216,6 +222,7 @@ async def delete_topics(services: BrokerServices, frame: RequestFrame) -> Any:
                                           ResourceType.TOPIC, named)
     deletable = authz.filter_authorized(services, frame, AclOperation.DELETE,
                                         ResourceType.TOPIC, named)
+    quota = controller_mutation_quota(services.quotas, frame)
     results = []
     for name, topic_id in resolved:
         result: dict[str, Any] = {"name": name, "topic_id": topic_id}
@@ -233,13 +240,16 @@ async def delete_topics(services: BrokerServices, frame: RequestFrame) -> Any:
         try:
             if name not in services.metadata.topics:
                 raise UnknownTopicError(f"Topic '{name}' does not exist.")
+            # KIP-599: the partitions deleted (may raise THROTTLING_QUOTA_EXCEEDED)
+            quota.record(len(services.metadata.topics[name].assignment))
             await services.zk.call(services.zk.catalog.delete_topic, name)
             await services.tierer.delete_table(name)
             result["error_code"] = ErrorCode.none
         except LoglakeError as exc:
             result.update(error_code=exc.code, error_message=exc.message)
     await services.topic_admin.reconcile_after_change()
-    return build(response_class(20, frame.api_version), {"responses": results})
+    return with_mutation_throttle(
+        quota, frame, build(response_class(20, frame.api_version), {"responses": results}))
 
 
 def _describe_entry(

@@ -41,6 +41,8 @@ from loglake.broker import election, record_deletion
 from loglake.broker.codec import RequestFrame, build, response_class
 from loglake.broker.handlers import authz
 from loglake.broker.handlers.admin import MAX_PARTITIONS_PER_TOPIC
+from loglake.broker.quotas.controller_mutation import UNBOUNDED, MutationQuota
+from loglake.broker.quotas.enforcement import controller_mutation_quota, with_mutation_throttle
 from loglake.broker.security.acl_model import AclOperation, ResourceType
 from loglake.broker.topics import assign_replicas
 from loglake.catalog.zookeeper import StaleStateError
@@ -124,12 +126,14 @@ def plan_added_partitions(
 
 async def grow_topic(services: BrokerServices, name: str, count: int,
                      manual: Sequence[Sequence[int]] | None, *,
-                     validate_only: bool = False) -> Assignment:
+                     validate_only: bool = False,
+                     mutation_quota: MutationQuota = UNBOUNDED) -> Assignment:
     """Validate and (unless ``validate_only``) add partitions to ``name`` so it has ``count``;
     the new partitions' assignment back. A topic this broker's metadata does not know is not
     looked up. Raises LoglakeError subclasses."""
     if name not in services.metadata.topics:
         raise UnknownTopicError(f"The topic '{name}' does not exist.")
+    recorded = False
     for _ in range(GROW_ATTEMPTS):
         found = await services.zk.call(services.zk.catalog.topic_assignment, name)
         if found is None:
@@ -140,6 +144,9 @@ async def grow_topic(services: BrokerServices, name: str, count: int,
                                           {b: info.rack for b, info in registered.items()})
         if validate_only:
             return additions
+        if not recorded:  # KIP-599, once per topic: may raise THROTTLING_QUOTA_EXCEEDED
+            mutation_quota.record(len(additions))
+            recorded = True
         try:
             await services.zk.call(services.zk.catalog.add_partitions, name, additions, version)
         except StaleStateError:
@@ -180,6 +187,7 @@ async def create_partitions(services: BrokerServices, frame: RequestFrame) -> An
         services, frame, AclOperation.ALTER, ResourceType.TOPIC,
         (topic.name for topic in request.topics if counts[topic.name] == 1))
     results = []
+    quota = controller_mutation_quota(services.quotas, frame)
     added: dict[str, list[int]] = {}
     for topic in request.topics:
         result: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none,
@@ -195,7 +203,8 @@ async def create_partitions(services: BrokerServices, frame: RequestFrame) -> An
             manual = (None if topic.assignments is None
                       else [tuple(a.broker_ids) for a in topic.assignments])
             additions = await grow_topic(services, topic.name, topic.count, manual,
-                                         validate_only=request.validate_only)
+                                         validate_only=request.validate_only,
+                                         mutation_quota=quota)
             if not request.validate_only:
                 added[topic.name] = sorted(additions)
         except LoglakeError as exc:
@@ -203,7 +212,8 @@ async def create_partitions(services: BrokerServices, frame: RequestFrame) -> An
         results.append(result)
     if added:
         await _await_metadata(services, added, timeout_s)
-    return build(response_class(37, frame.api_version), {"results": results})
+    return with_mutation_throttle(
+        quota, frame, build(response_class(37, frame.api_version), {"results": results}))
 
 
 # ---------------------------------------------------------------------------- DeleteRecords

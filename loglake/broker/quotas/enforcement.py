@@ -28,6 +28,11 @@ request of user U (the session principal's name) and client id C:
   clients also wait on their side for responses of the KIP-219 versions; older ones are held
   back by the mute alone.
 
+Controller mutations (KIP-599, controller_mutation.py): the topic admin handlers take a
+:func:`controller_mutation_quota`, record each topic's partitions in it and answer through
+:func:`with_mutation_throttle`; the request-time throttle above replaces that throttle time
+only when larger.
+
 Exempt (Kafka's ``sendResponseExemptThrottle``): cluster actions (WriteTxnMarkers, follower
 fetches) and the requests of sessions that have not authenticated yet (Kafka's authenticator
 answers them before ``KafkaApis``).
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.static.primitive import i32Timedelta
 
+from loglake.broker.quotas.controller_mutation import UNBOUNDED, MutationQuota
 from loglake.broker.quotas.manager import ClientQuotas
 
 if TYPE_CHECKING:
@@ -141,7 +147,11 @@ async def handle_with_quotas(quotas: ClientQuotas, handler: Handler, services: A
     if throttle_ms > 0:
         mute(frame.session, throttle_ms)
         if body is not None and hasattr(body, "throttle_time"):
-            body = dataclasses.replace(body, throttle_time=throttle_time(throttle_ms))
+            # a controller mutation throttle the handler set stays when larger (Kafka's
+            # sendResponseMaybeThrottleWithControllerQuota takes the larger of the two)
+            set_ms = int(body.throttle_time.total_seconds() * 1000)
+            if throttle_ms > set_ms:
+                body = dataclasses.replace(body, throttle_time=throttle_time(throttle_ms))
     return body
 
 
@@ -179,6 +189,30 @@ def throttled_fetch_response(body: Any) -> Any:
 
 def throttle_time(throttle_ms: int) -> i32Timedelta:
     return i32Timedelta.parse(datetime.timedelta(milliseconds=throttle_ms))
+
+
+def controller_mutation_quota(quotas: ClientQuotas, frame: RequestFrame) -> MutationQuota:
+    """The KIP-599 quota of a CreateTopics/CreatePartitions/DeleteTopics request (strict from
+    the API's KIP-599 version); unbounded for unauthenticated sessions (never served) and
+    while no entity has ``controller_mutation_rate``."""
+    manager = quotas.controller_mutation
+    if not manager.enabled or not frame.session.authenticated:
+        return UNBOUNDED
+    return manager.quota_for(_session_user(frame), frame.client_id or "", frame.api_key,
+                             frame.api_version)
+
+
+def with_mutation_throttle(quota: MutationQuota, frame: RequestFrame, body: Any) -> Any:
+    """The response with the controller mutation throttle time (when positive) in
+    ``throttle_time_ms`` and the connection muted that long (Kafka's
+    ``sendResponseMaybeThrottleWithControllerQuota``)."""
+    throttle_ms = quota.throttle_ms()
+    if throttle_ms <= 0:
+        return body
+    mute(frame.session, throttle_ms)
+    if hasattr(body, "throttle_time"):
+        body = dataclasses.replace(body, throttle_time=throttle_time(throttle_ms))
+    return body
 
 
 def mute(session: Session, throttle_ms: int) -> None:

@@ -5,7 +5,8 @@ An entity is a user, a client id, or both; either part may be the default (``<de
 config lives at ``/config/users/<u>``, ``/config/clients/<c>`` or
 ``/config/users/<u>/clients/<c>`` (catalog/entity_configs.py) and holds, among other keys, the
 quota keys ``producer_byte_rate``, ``consumer_byte_rate`` (bytes per second, integral) and
-``request_percentage`` (percent of one request-handling thread, a double).
+``request_percentage`` (percent of one request-handling thread, a double) and
+``controller_mutation_rate`` (partitions created/deleted per second, a double).
 
 For a connection of user U (the principal's name; ANONYMOUS on PLAINTEXT) with client id C,
 the quota of one key is the first entity that has it, in this order::
@@ -45,10 +46,10 @@ PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
 CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
-QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE)
-"""The quota keys this broker enforces (Kafka's client quota configs without
-``controller_mutation_rate``, which throttles topic creation and deletion: not enforced here,
-so AlterClientQuotas refuses it rather than store a limit that does nothing)."""
+QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE,
+              CONTROLLER_MUTATION_RATE)
+"""Kafka's user/client-id quota keys (``QuotaConfig.USER_AND_CLIENT_QUOTA_NAMES``);
+``controller_mutation_rate`` (partitions per second, KIP-599) is controller_mutation.py's."""
 INTEGRAL_KEYS = frozenset({PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE})
 """Keys Kafka declares LONG (a fractional value is refused); the others are DOUBLE."""
 DEFAULT = DEFAULT_ENTITY

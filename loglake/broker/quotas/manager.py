@@ -25,8 +25,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from loglake.broker.quotas.controller_mutation import ControllerMutationQuotaManager
 from loglake.broker.quotas.entities import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     QUOTA_KEYS,
     REQUEST_PERCENTAGE,
@@ -134,7 +136,13 @@ class ClientQuotas:
 
     def __init__(self, *, samples: int = DEFAULT_WINDOW_NUM,
                  window_s: int = DEFAULT_WINDOW_SIZE_S,
+                 controller_samples: int = DEFAULT_WINDOW_NUM,
+                 controller_window_s: int = DEFAULT_WINDOW_SIZE_S,
                  clock_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.controller_mutation = ControllerMutationQuotaManager(
+            samples=controller_samples, window_s=controller_window_s, clock_ms=clock_ms)
+        """KIP-599 (controller_mutation.py): used by the topic admin handlers, not part of
+        ``enabled`` (the request path needs nothing for it)."""
         self.produce = ClientQuotaManager(PRODUCER_BYTE_RATE, samples=samples,
                                           window_s=window_s, clock_ms=clock_ms)
         self.fetch = ClientQuotaManager(CONSUMER_BYTE_RATE, samples=samples,
@@ -169,6 +177,7 @@ class ClientQuotas:
             self._entities.pop(entity, None)
         for manager in self.managers():
             manager.update(entity, values.get(manager.key))
+        self.controller_mutation.update(entity, values.get(CONTROLLER_MUTATION_RATE))
         self.enabled = any(manager.enabled for manager in self.managers())
 
     def replace_all(self, configs: Mapping[QuotaEntity, Mapping[str, str]]) -> None:
