@@ -764,6 +764,13 @@ class BrokerConfig:
     quota_window_size_seconds: int = _setting(
         "quota.window.size.seconds", "Seconds one client quota sample spans; also the "
         "longest request-percentage throttle.", _at_least_one, 1)
+    controller_quota_window_num: int = _setting(
+        "controller.quota.window.num", "KIP-599: with quota.window.size.seconds' controller "
+        "twin, the burst of controller_mutation_rate quotas (window.num x window.size x rate "
+        "partitions).", _at_least_one, 11)
+    controller_quota_window_size_seconds: int = _setting(
+        "controller.quota.window.size.seconds", "Seconds one controller mutation quota window "
+        "spans (see controller.quota.window.num).", _at_least_one, 1)
     # ---- metrics (broker/metrics/)
     metrics_listener: tuple[str, int] | None = _setting(
         "metrics.listener", "Where the Prometheus /metrics endpoint listens, http://host:port "
@@ -805,13 +812,6 @@ class BrokerConfig:
                 raise InvalidConfigError(f"Missing required broker setting {setting.names[0]}")
         topic_defaults = {topic_key: props[prop]
                           for prop, topic_key in TOPIC_DEFAULT_PROPERTIES.items() if prop in props}
-    controller_quota_window_num: int = _setting(
-        "controller.quota.window.num", "KIP-599: with quota.window.size.seconds' controller "
-        "twin, the burst of controller_mutation_rate quotas (window.num x window.size x rate "
-        "partitions).", _at_least_one, 11)
-    controller_quota_window_size_seconds: int = _setting(
-        "controller.quota.window.size.seconds", "Seconds one controller mutation quota window "
-        "spans (see controller.quota.window.num).", _at_least_one, 1)
         TopicConfig.from_overrides(topic_defaults)  # validate early
         values: dict[str, Any] = {}
         try:
