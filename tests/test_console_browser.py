@@ -635,3 +635,62 @@ def test_killed_broker_turns_unhealthy_and_recovers_without_reload(
     assert_not_reloaded(ui)
     screenshot(page, "overview-broker-recovered")
     wait_until(lambda: env.dev.broker_alive(victim), 10, "the restarted broker runs")
+
+
+def test_login_flow_in_the_browser(browser: Any, tmp_path: Path, zookeeper_hosts: str) -> None:
+    """``--basic-auth`` against a secured cluster (SASL_SSL brokers, ACL authorizer): a browser
+    without credentials gets the 401 page; logged in as alice (HTTP credentials of her SCRAM
+    user) it shows her topic and not another, and the other topic's page is a 403 naming
+    TOPIC_AUTHORIZATION_FAILED. Screenshots: ``login-*.png``."""
+    from kazoo.client import KazooClient
+
+    from loglake.broker.security.scram_credentials import store_user_credential
+    from loglake.catalog.acls import AclStore
+    from loglake.catalog.entity_configs import EntityConfigStore
+    from loglake.client import Admin, SecurityConfig
+
+    with DevCluster(tmp_path / "dev", brokers=1, zookeeper=zookeeper_hosts,
+                    security="sasl_ssl") as dev:
+        zk = KazooClient(hosts=dev.zookeeper_connect, timeout=10)
+        zk.start(timeout=10)
+        try:
+            store_user_credential(EntityConfigStore(zk), "alice", "SCRAM-SHA-512", "alice-pw")
+            AclStore(zk).add("Topic", "alice-", principal="User:alice", operation="All",
+                             pattern_type="PREFIXED")
+        finally:
+            zk.stop()
+            zk.close()
+        with Admin(dev.bootstrap_servers, timeout=30,
+                   security=SecurityConfig.load(str(dev.client_properties))) as admin:
+            admin.create_topic("alice-orders", partitions=1, replication_factor=1)
+            admin.create_topic("payroll", partitions=1, replication_factor=1)
+        with ConsoleProcess(dev.zookeeper_connect, tmp_path / "console", extra_args=(
+                "--basic-auth", "--command-config", str(dev.client_properties))) as process:
+            from playwright.sync_api import Error as PlaywrightError
+
+            for credentials in (None, {"username": "alice", "password": "wrong"}):
+                refused = browser.new_context(http_credentials=credentials)
+                try:  # a 401: Chromium shows it, or gives up the navigation without creds
+                    try:
+                        response = refused.new_page().goto(f"{process.url}/topics")
+                        assert response is not None and response.status == 401
+                    except PlaywrightError as exc:
+                        assert "ERR_INVALID_AUTH_CREDENTIALS" in str(exc), exc
+                finally:
+                    refused.close()
+            context = browser.new_context(
+                viewport={"width": 1400, "height": 900},
+                http_credentials={"username": "alice", "password": "alice-pw"})
+            context.set_default_timeout(15_000)
+            try:
+                page = context.new_page()
+                assert page.goto(f"{process.url}/topics").status == 200
+                expect(page.locator("#topics-table, table").first).to_contain_text(
+                    "alice-orders", timeout=REFRESH_BOUND_MS)
+                assert "payroll" not in page.content()
+                screenshot(page, "login-topics")
+                assert page.goto(f"{process.url}/topics/payroll").status == 403
+                expect(page.locator("body")).to_contain_text("TOPIC_AUTHORIZATION_FAILED")
+                screenshot(page, "login-forbidden")
+            finally:
+                context.close()
