@@ -534,6 +534,30 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"{value} is below the minimum 0")
+    return value
+
+
+def _ip_overrides(text: str) -> tuple[tuple[str, int], ...]:
+    """``max.connections.per.ip.overrides``: ``host:count,host:count`` (Kafka's form; a host is
+    an IP address or a name resolved when the broker starts)."""
+    pairs: list[tuple[str, int]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host or not count.strip().isdigit():
+            raise InvalidConfigError(
+                f"max.connections.per.ip.overrides {text!r}: expected host:count pairs "
+                "separated by ',' (e.g. 127.0.0.1:200,10.0.0.7:5)")
+        pairs.append((host, int(count)))
+    return tuple(pairs)
+
+
 def _dynamic(name: str) -> Callable[[str], Any]:
     return DYNAMIC_BROKER_CONFIG_KEYS[name].parse
 
@@ -633,6 +657,23 @@ class BrokerConfig:
         "Bytes one connection may read ahead of the request being handled (its pipelined "
         "requests); 1 MiB, Kafka's default max.request.size, so one default-size pipelined "
         "produce request waits in memory, the rest in the socket.", int, 1048576)
+    # ---- connection limits (broker/connection_quotas.py; Kafka's SocketServer ConnectionQuotas)
+    max_connections: int = _setting(
+        "max.connections", "Connections the broker accepts at once over all listeners; at the "
+        "limit the listener stops accepting until one closes (the inter-broker listener is "
+        "exempt and closes another listener's least recently active connection instead). "
+        "listener.name.<l>.max.connections limits one listener.", _at_least_zero, INT_MAX)
+    max_connections_per_ip: int = _setting(
+        "max.connections.per.ip", "Connections one IP address may hold; a new connection over "
+        "it is closed at once.", _at_least_zero, INT_MAX)
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = _setting(
+        "max.connections.per.ip.overrides", "Per-IP (or host name) exceptions to "
+        "max.connections.per.ip: host:count,host:count.", _ip_overrides, ())
+    max_connection_creation_rate: int = _setting(
+        "max.connection.creation.rate", "KIP-612: new connections per second the broker "
+        "accepts (the inter-broker listener exempt); over it accepts are delayed. "
+        "listener.name.<l>.max.connection.creation.rate limits one listener.",
+        _at_least_zero, INT_MAX)
     zookeeper_session_timeout_ms: int = _setting(
         "zookeeper.session.timeout.ms", "ZooKeeper session timeout.", int, 18000)
     zookeeper_set_acl: bool = _setting(

@@ -308,9 +308,10 @@ def test_truncated_frames(hostile: Hostile) -> None:
 
 
 def test_authenticate_before_handshake(hostile: Hostile) -> None:
-    with _sasl(hostile) as wire:
-        response = _authenticate(wire, b"\x00alice\x00alice-plain")
-        _refused_then_closed(response, ErrorCode.illegal_sasl_state, wire)
+    """Kafka's SaslServerAuthenticator reads only ApiVersions and SaslHandshake before the
+    handshake: SaslAuthenticate closes the connection without an answer."""
+    with _sasl(hostile) as wire, pytest.raises(ConnectionError):
+        _authenticate(wire, b"\x00alice\x00alice-plain")
     _good_clients(hostile)
 
 
@@ -324,9 +325,25 @@ def test_second_handshake_mid_exchange(hostile: Hostile) -> None:
 
 
 def test_handshake_v0_and_unknown_mechanism(hostile: Hostile) -> None:
+    """SaslHandshake v0 as Kafka 3.9 serves it: raw size-prefixed tokens follow (PLAIN: an
+    empty raw answer on success, a close without an answer on failure)."""
+    plain = f"\x00{PLAIN_USER}\x00{PLAIN_PASSWORD}".encode()
     with _sasl(hostile) as wire:
-        response = wire.request(17, 0, {"mechanism": "PLAIN"})
-        _refused_then_closed(response, ErrorCode.unsupported_version, wire)
+        assert wire.request(17, 0, {"mechanism": "PLAIN"}).error_code == ErrorCode.none
+        wire.send_raw(struct.pack(">i", len(plain)) + plain)
+        assert wire.recv_frame() == b""
+        assert wire.request(3, 12, {"topics": None}).brokers
+    with _sasl(hostile) as wire:
+        assert wire.request(17, 0, {"mechanism": "PLAIN"}).error_code == ErrorCode.none
+        bad = plain + b"-wrong"
+        wire.send_raw(struct.pack(">i", len(bad)) + bad)
+        with pytest.raises(ConnectionError):
+            wire.recv_frame()
+    with _sasl(hostile) as wire:  # a tiny raw token (under a Kafka header's 8 bytes) is read
+        assert wire.request(17, 0, {"mechanism": "PLAIN"}).error_code == ErrorCode.none
+        wire.send_raw(struct.pack(">i", 3) + b"\x00a\x00")
+        with pytest.raises(ConnectionError):
+            wire.recv_frame()
     with _sasl(hostile) as wire:
         response = wire.request(17, 1, {"mechanism": "X" * 300})
         _refused_then_closed(response, ErrorCode.unsupported_sasl_mechanism, wire)

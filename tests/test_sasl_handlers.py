@@ -144,8 +144,14 @@ def test_unsupported_mechanism() -> None:
 
 
 def test_authenticate_before_handshake_is_illegal() -> None:
+    """The gate closes it unanswered (Kafka); a handler reached anyway answers
+    ILLEGAL_SASL_STATE and the connection serves nothing more."""
     connection = Connection(_services())
-    response = asyncio.run(connection.request(36, 2, {"auth_bytes": b"\x00a\x00b"}))
+    with pytest.raises(ConnectionError, match="SaslAuthenticate before SaslHandshake"):
+        asyncio.run(connection.request(36, 2, {"auth_bytes": b"\x00a\x00b"}))
+    frame = RequestFrame(36, 2, 1, "test", build(request_class(36, 2), {"auth_bytes": b"x"}),
+                         session=connection.session)
+    response = asyncio.run(sasl.sasl_authenticate(connection.services, frame))  # type: ignore[arg-type]
     assert response.error_code == ErrorCode.illegal_sasl_state
     assert sasl_gate.admit(connection.session, 17, 0.0) is not None
 
@@ -159,10 +165,17 @@ def test_second_handshake_mid_exchange_is_illegal() -> None:
     assert again.error_code == ErrorCode.illegal_sasl_state
 
 
-def test_handshake_v0_is_refused() -> None:
+def test_handshake_v0_switches_to_unframed_tokens() -> None:
+    """SaslHandshake v0 (Kafka 3.9): raw tokens follow, answered raw and size-prefixed."""
     connection = Connection(_services())
     response = asyncio.run(connection.request(17, 0, {"mechanism": "PLAIN"}))
-    assert response.error_code == ErrorCode.unsupported_version
+    assert response.error_code == ErrorCode.none
+    assert sasl_gate.expects_unframed_token(connection.session)
+    answer = asyncio.run(sasl.sasl_unframed_token(
+        connection.services, connection.session, b"\x00alice\x00alice-secret"))  # type: ignore[arg-type]
+    assert answer == b"\x00\x00\x00\x00"
+    assert connection.session.authenticated
+    assert not sasl_gate.expects_unframed_token(connection.session)
 
 
 def test_failure_answer_is_delayed() -> None:

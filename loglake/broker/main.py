@@ -26,7 +26,8 @@ log = logging.getLogger("loglake.broker")
 
 async def run(config: BrokerConfig) -> None:
     broker = Broker(config)
-    server = KafkaServer(broker.services, request_metrics=broker.metrics.requests)
+    server = KafkaServer(broker.services, request_metrics=broker.metrics.requests,
+                         connection_metrics=broker.metrics.connections)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -48,6 +48,12 @@ handshake (plaintext client, untrusted or expired certificate, TLS < 1.2) just c
 connection gets one :class:`Session`: its listener and protocol, the peer's IP, and on TLS the
 principal mapped from the client certificate (``ssl.principal.mapping.rules``; a certificate no
 rule maps is refused, as in Kafka); ``session.close_connection`` aborts the transport.
+
+Connection limits (Kafka's ``max.connections``, per listener, per IP, creation rates, KIP-612
+IP quotas) are applied by each listener's accept loop (broker/acceptor.py,
+broker/connection_quotas.py) before a connection is served; the connection's slot is released
+when it ends. Connection and authentication counts per listener go to
+broker/metrics/connection_metrics.py.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from kio.index import KioIndexError
 from kio.schema.errors import ErrorCode
 
+from loglake.broker.acceptor import Acceptor
 from loglake.broker.apis import API_TABLE, Api
 from loglake.broker.codec import (
     FrameBytes,
@@ -74,8 +81,11 @@ from loglake.broker.codec import (
     request_class,
     response_class,
 )
+from loglake.broker.connection_quotas import ConnectionLimits, ConnectionQuotas, ConnectionSlot
 from loglake.broker.error_responses import error_body
 from loglake.broker.handlers.metadata import api_versions_response
+from loglake.broker.handlers.sasl import sasl_unframed_token
+from loglake.broker.metrics.connection_metrics import ConnectionMetrics
 from loglake.broker.metrics.request_metrics import RequestMetrics
 from loglake.broker.metrics.request_timing import RequestTiming
 from loglake.broker.quotas.enforcement import handle_with_quotas, wait_if_muted
@@ -88,7 +98,7 @@ from loglake.broker.request_memory import (
 from loglake.broker.security import sasl_gate
 from loglake.broker.security.listeners import ListenerSpec, listener_specs, tls_principal
 from loglake.broker.security.principal_mapping import NoMatchingRuleError
-from loglake.broker.security.session import Session
+from loglake.broker.security.session import Session, uses_sasl
 
 if TYPE_CHECKING:
     from loglake.broker.services import BrokerServices
@@ -112,15 +122,19 @@ def preload_schemas() -> None:
 
 class KafkaServer:
     def __init__(self, services: BrokerServices, *,
-                 request_metrics: RequestMetrics | None = None) -> None:
+                 request_metrics: RequestMetrics | None = None,
+                 connection_metrics: ConnectionMetrics | None = None) -> None:
         """Serve the Kafka protocol with the handlers of broker/apis.py, each given
         ``services`` (the parts of the broker a handler may use); every answered request is
         recorded in ``request_metrics`` (phases: broker/metrics/request_metrics.py)."""
         self.services = services
         self.request_metrics = request_metrics if request_metrics is not None else (
             RequestMetrics())
+        self.connection_metrics = connection_metrics if connection_metrics is not None else (
+            ConnectionMetrics())
         self.config = services.config
-        self._servers: list[asyncio.Server] = []
+        self._acceptors: list[Acceptor] = []
+        self.connection_quotas: ConnectionQuotas | None = None
         self._connections: set[asyncio.Task[None]] = set()
         budget = services.config.queued_max_request_bytes
         self.memory = RequestMemory(budget if budget >= 0 else None)
@@ -133,17 +147,18 @@ class KafkaServer:
         InvalidConfigError naming it, before anything is served)."""
         preload_schemas()
         specs = await asyncio.to_thread(listener_specs, self.config)
+        limits = await asyncio.to_thread(ConnectionLimits.from_config, self.config)
+        self.connection_quotas = ConnectionQuotas(  # KIP-612 IP quotas from broker/quotas
+            limits, ip_rate=self.services.quotas.ip_connection_rate)
         # the StreamReader stops reading a socket once it buffers more than 2 * limit
         read_ahead = max(1, self.config.queued_max_request_bytes_per_connection // 2)
         try:
             for spec in specs:
-                server = await asyncio.start_server(
-                    functools.partial(self._on_connection, spec), spec.host, spec.port,
-                    reuse_address=True, limit=read_ahead, ssl=spec.ssl_context,
-                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if spec.ssl_context else None,
-                )
-                self._servers.append(server)
-                self.bound_ports[spec.name] = server.sockets[0].getsockname()[1]
+                acceptor = Acceptor(spec, self.connection_quotas, self._on_connection,
+                                    metrics=self.connection_metrics, read_limit=read_ahead,
+                                    handshake_timeout_s=TLS_HANDSHAKE_TIMEOUT_S)
+                self._acceptors.append(acceptor)
+                self.bound_ports[spec.name] = await acceptor.start()
                 log.info("listening on %s:%d (listener %s, %s)", spec.host,
                          self.bound_ports[spec.name], spec.name, spec.security_protocol)
         except BaseException:
@@ -151,17 +166,16 @@ class KafkaServer:
             raise
 
     async def stop(self) -> None:
-        for server in self._servers:
-            server.close()
+        for acceptor in self._acceptors:
+            await acceptor.close()
+        self._acceptors = []
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        for server in self._servers:
-            await server.wait_closed()
-        self._servers = []
 
     async def _on_connection(
-        self, spec: ListenerSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, spec: ListenerSpec, slot: ConnectionSlot | None, reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -172,13 +186,20 @@ class KafkaServer:
             spec.name, spec.security_protocol,
             str(peer[0]) if isinstance(peer, tuple) and peer else "")
         session.close_connection = writer.transport.abort
+        session.on_authentication = functools.partial(self.connection_metrics.authentication,
+                                                      spec.name)
+        if slot is not None:
+            slot.close = writer.transport.abort
         sasl_gate.on_connect(session, self.config)
         try:
             if spec.ssl_context is not None:
                 session.principal = tls_principal(writer.get_extra_info("ssl_object"),
                                                   spec.principal_mapper)
-            await self._serve(reader, writer, peer, holder, session)
+            if not uses_sasl(spec.security_protocol):
+                self.connection_metrics.authentication(spec.name, success=True)
+            await self._serve(reader, writer, peer, holder, session, slot)
         except NoMatchingRuleError as exc:
+            self.connection_metrics.authentication(spec.name, success=False)
             log.warning("closing %s on listener %s: %s", peer, spec.name, exc)
         except (asyncio.IncompleteReadError, ConnectionError, RequestMemoryExhausted):
             pass
@@ -191,15 +212,20 @@ class KafkaServer:
             self.memory.unregister(holder)
             self._connections.discard(task)
             writer.close()
+            if slot is not None:
+                slot.release()
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object,
-        holder: Holder, session: Session,
+        holder: Holder, session: Session, slot: ConnectionSlot | None = None,
     ) -> None:
         max_size = self.config.socket_request_max_bytes
         while True:
             size = int.from_bytes(await reader.readexactly(4), "big", signed=True)
-            if size < 8 or size > max_size:
+            if slot is not None:
+                slot.touch()
+            smallest = 0 if sasl_gate.expects_unframed_token(session) else 8  # raw SASL token
+            if size < smallest or size > max_size:
                 log.warning("closing %s: frame size %d outside [8, %d]", peer, size, max_size)
                 return
             if (too_big := sasl_gate.admit_size(session, size)) is not None:
@@ -243,6 +269,8 @@ class KafkaServer:
     async def _handle(self, data: FrameBytes, peer: object = None,
                       session: Session | None = None,
                       timing: RequestTiming | None = None) -> bytes | None:
+        if session is not None and sasl_gate.expects_unframed_token(session):
+            return await sasl_unframed_token(self.services, session, bytes(data))
         api_key, version, correlation_id = decode_header(data)
         if session is not None and (reason := sasl_gate.admit(
                 session, api_key, time.monotonic(), len(data))) is not None:

@@ -13,9 +13,14 @@ tokens (PLAIN: one; SCRAM: client-first, client-final), as in ``SaslServerAuthen
   ILLEGAL_SASL_STATE (Kafka's ``KafkaApis`` answers), the connection stays open.
 
 Each failure but the last makes the connection serve nothing more (security/sasl_gate.py).
-A SaslHandshake v0 (the tokens that follow it travel without Kafka headers, which only
-clients older than Kafka 1.0 send) is answered UNSUPPORTED_VERSION: every current client
-negotiates v1.
+
+SaslHandshake v0 is served as Kafka 3.9 serves it (kafka-python before 2.1 sends it; KIP-896
+kept it in Kafka 4.0 for that reason): after a successful v0 handshake the mechanism's tokens
+travel unframed, each a size-prefixed raw token without a Kafka header, answered with the
+mechanism's raw size-prefixed token (PLAIN: an empty one) by :func:`sasl_unframed_token`, which
+broker/server.py calls while ``sasl_gate.expects_unframed_token``; a failure gets no answer,
+the connection is closed after ``connection.failed.authentication.delay.ms`` (there is no error
+field to carry it), and no re-authentication follows (it needs SaslAuthenticate v1).
 
 On success the session's principal becomes ``User:<name>``. KIP-368: with
 ``connections.max.reauth.ms`` > 0 the session expires that long after authenticating and v1+
@@ -79,9 +84,6 @@ async def sasl_handshake(services: BrokerServices, frame: RequestFrame) -> Any:
     assert state.settings is not None
     enabled = state.settings.mechanisms
     mechanism = frame.body.mechanism
-    if version == 0:
-        sasl_gate.fail(session, "SaslHandshake v0 (unframed SASL tokens) is not served")
-        return _handshake_response(version, ErrorCode.unsupported_version, enabled)
     if session.authenticated:
         if state.stage != sasl_gate.COMPLETE or not state.supports_reauthentication:
             # Kafka's KafkaApis: a handshake on an authenticated connection that cannot
@@ -105,7 +107,35 @@ async def sasl_handshake(services: BrokerServices, frame: RequestFrame) -> Any:
     state.exchange = (PlainExchange(state.settings.plain_users) if mechanism == PLAIN
                       else ScramExchange(mechanism))
     state.stage = sasl_gate.AUTHENTICATE
+    state.unframed = version == 0
     return _handshake_response(version, ErrorCode.none, enabled)
+
+
+async def sasl_unframed_token(services: BrokerServices, session: Session, token: bytes) -> bytes:
+    """One raw SASL token after a SaslHandshake v0: the size-prefixed raw answer; raises
+    FrameError (the connection is closed, after the failed-authentication delay) on failure."""
+    state = sasl_gate.connection_state(session, services.config)
+    exchange = state.exchange
+    assert exchange is not None and state.settings is not None
+    try:
+        answer = await _evaluate(services, exchange, token)
+    except (IllegalSaslState, SaslFailure, LoglakeError) as exc:
+        log.info("Failed authentication with %s on listener %s (unframed %s: %s)",
+                 session.client_host, session.listener, exchange.mechanism, exc)
+        if not isinstance(exc, LoglakeError) and state.settings.failed_authentication_delay_s:
+            await asyncio.sleep(state.settings.failed_authentication_delay_s)
+        sasl_gate.fail(session, "authentication failed")
+        raise FrameError(f"SASL {exchange.mechanism} authentication failed (tokens unframed "
+                         "after SaslHandshake v0): closing") from None
+    if exchange.complete:
+        assert exchange.username is not None
+        lifetime_ms = state.settings.max_reauth_ms if state.settings.max_reauth_ms > 0 else 0
+        session.principal = KafkaPrincipal.user(exchange.username)
+        session.sasl_mechanism = exchange.mechanism
+        session.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms else None
+        session.authenticated = True
+        sasl_gate.authenticated(session)
+    return len(answer).to_bytes(4, "big") + answer
 
 
 async def sasl_authenticate(services: BrokerServices, frame: RequestFrame) -> Any:

@@ -11,6 +11,8 @@ unset (nothing is served then, but recording code needs no ``if``). What it hold
                          (server.py records)
 ``event_loop``           :class:`EventLoopLag`: the loop-lag timer (the broker runs its task)
 ``zookeeper``            :class:`ZooKeeperMetrics`: session state, call latency (zk_session)
+``connections``          :class:`ConnectionMetrics`: connections and authentications per
+                         listener (server.py and the acceptors record)
 process collector        prometheus_client's ``ProcessCollector``: CPU seconds, RSS, open
                          file descriptors, start time (``process_*``)
 =======================  ===================================================================
@@ -37,6 +39,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.process_collector import ProcessCollector
 
+from loglake.broker.metrics.connection_metrics import ConnectionMetrics
 from loglake.broker.metrics.request_metrics import RequestMetrics
 from loglake.broker.metrics.runtime_metrics import EventLoopLag, ZooKeeperMetrics
 from loglake.broker.metrics.topic_metrics import BrokerTopicMetrics
@@ -75,7 +78,9 @@ class BrokerMetrics:
         self.requests = RequestMetrics()
         self.event_loop = EventLoopLag()
         self.zookeeper = ZooKeeperMetrics()
-        for collector in (self.topics, self.requests, self.event_loop, self.zookeeper):
+        self.connections = ConnectionMetrics()
+        for collector in (self.topics, self.requests, self.event_loop, self.zookeeper,
+                          self.connections):
             self.register_collector(collector)
         if process_metrics:
             ProcessCollector(registry=self.registry)

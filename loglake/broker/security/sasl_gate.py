@@ -6,8 +6,9 @@ every request once its header is decoded (before the body is handled); a non-Non
 nothing. On SASL_PLAINTEXT / SASL_SSL listeners (Kafka's ``SaslServerAuthenticator`` rules):
 
 * before authentication only ApiVersions (before the handshake), SaslHandshake and
-  SaslAuthenticate are served; any other request closes the connection, and so does a frame
-  larger than ``sasl.server.max.receive.size``;
+  SaslAuthenticate (after the handshake) are served; any other request, SaslAuthenticate
+  before SaslHandshake included, closes the connection without an answer (Kafka's
+  IllegalSaslStateException), and so does a frame larger than ``sasl.server.max.receive.size``;
 * a connection that has not authenticated ``sasl.server.authentication.timeout.ms`` after it
   was accepted is closed (a loop timer armed by :func:`on_connect`, calling
   ``Session.close_connection``);
@@ -70,6 +71,10 @@ class SaslConnection:
     reauthenticating: bool = False
     supports_reauthentication: bool = False
     """The client sent SaslAuthenticate v1+ (it reads session_lifetime_ms), as Kafka."""
+    unframed: bool = False
+    """The handshake was SaslHandshake v0: until the exchange ends, every frame is a raw SASL
+    token without a Kafka header, answered with a raw size-prefixed token (Kafka's
+    ``enableKafkaSaslAuthenticateHeaders(false)``; see :func:`expects_unframed_token`)."""
     failure: str | None = None
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
@@ -127,9 +132,12 @@ def fail(session: Session, reason: str) -> None:
     """Authentication failed on ``session``'s connection: it serves nothing more, and is
     closed :data:`FAILED_CLOSE_DELAY_S` after the failure answer if the client keeps it."""
     state = connection_state(session)
+    if state.stage != FAILED and session.on_authentication is not None:
+        session.on_authentication(success=False, reauthentication=session.authenticated)
     state.stage = FAILED
     state.failure = reason
     state.exchange = None
+    state.unframed = False
     state.cancel_timer()
     state.timer = asyncio.get_running_loop().call_later(
         FAILED_CLOSE_DELAY_S, _close, session, "authentication failed")
@@ -138,8 +146,11 @@ def fail(session: Session, reason: str) -> None:
 def authenticated(session: Session) -> None:
     """The exchange completed: the time limit no longer applies."""
     state = connection_state(session)
+    if session.on_authentication is not None:
+        session.on_authentication(success=True, reauthentication=state.reauthenticating)
     state.stage = COMPLETE
     state.exchange = None
+    state.unframed = False
     state.reauthenticating = False
     state.cancel_timer()
 
@@ -158,6 +169,14 @@ def _close(session: Session, why: str) -> None:
              session.listener, why)
     if session.close_connection is not None:
         session.close_connection()
+
+
+def expects_unframed_token(session: Session) -> bool:
+    """Whether the connection's next frame is a raw SASL token (after SaslHandshake v0), not a
+    Kafka request: broker/server.py hands it to handlers/sasl.py's unframed exchange."""
+    state = session.sasl_state
+    return (isinstance(state, SaslConnection) and state.unframed
+            and state.stage == AUTHENTICATE)
 
 
 def admit_size(session: Session, size: int) -> str | None:
@@ -188,6 +207,11 @@ def admit(session: Session, api_key: int, now: float, size: int = 0) -> str | No
         if limit is not None and size > limit:
             return (f"a frame of {size} bytes before SASL authentication exceeds "
                     f"sasl.server.max.receive.size ({limit})")
+        if api_key == SASL_AUTHENTICATE and state.stage == HANDSHAKE:
+            # Kafka's SaslServerAuthenticator: only ApiVersions and SaslHandshake are read
+            # before the handshake; anything else is an IllegalSaslStateException and the
+            # channel is closed without an answer
+            return "SaslAuthenticate before SaslHandshake"
         if api_key in SASL_APIS or (api_key == API_VERSIONS and state.stage == HANDSHAKE):
             return None
         return f"request with API key {api_key} before SASL authentication completed"

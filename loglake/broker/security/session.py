@@ -56,6 +56,11 @@ class Session:
     """Closes this connection's transport at once (set by broker/server.py when the connection
     is accepted; None for internal sessions). For timers that end a connection from outside
     its request loop (the SASL authentication time limit); safe to call more than once."""
+    on_authentication: Callable[..., None] | None = field(default=None, repr=False,
+                                                         compare=False)
+    """Told of each authentication outcome on this connection, as
+    ``on_authentication(success=..., reauthentication=...)`` (the connection metrics; set by
+    broker/server.py, called by security/sasl_gate.py); None: nobody listens."""
     muted_until: float = field(default=0.0, repr=False, compare=False)
     """Monotonic time before which the connection's next request is not read (a client quota
     throttle, KIP-219: broker/quotas/enforcement.py sets it, broker/server.py waits it out
