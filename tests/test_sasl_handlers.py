@@ -246,3 +246,37 @@ def test_plaintext_connection_answers_illegal_state() -> None:
                          session=session)
     response = asyncio.run(sasl.sasl_handshake(services, frame))  # type: ignore[arg-type]
     assert response.error_code == ErrorCode.illegal_sasl_state
+
+
+def test_handshake_v0_scram_exchange_unframed() -> None:
+    """SCRAM after SaslHandshake v0: client-first, client-final as raw tokens; the raw
+    server-first and server-final answers; a bad proof closes (FrameError), unanswered."""
+    from scramp import ScramClient
+
+    from loglake.broker.codec import FrameError
+
+    for password, ok in (("scram-512-pw", True), ("wrong", False)):
+        connection = Connection(_services())
+        assert asyncio.run(connection.request(
+            17, 0, {"mechanism": "SCRAM-SHA-512"})).error_code == ErrorCode.none
+        client = ScramClient(["SCRAM-SHA-512"], "alice", password)
+
+        async def exchange(client: ScramClient = client,
+                           connection: Connection = connection) -> None:
+            services, session = connection.services, connection.session
+            first = await sasl.sasl_unframed_token(
+                services, session, client.get_client_first().encode())  # type: ignore[arg-type]
+            client.set_server_first(first[4:].decode())
+            final = await sasl.sasl_unframed_token(
+                services, session, client.get_client_final().encode())  # type: ignore[arg-type]
+            client.set_server_final(final[4:].decode())
+
+        if ok:
+            asyncio.run(exchange())
+            assert connection.session.authenticated
+            assert str(connection.session.principal) == "User:alice"
+        else:
+            with pytest.raises(FrameError):
+                asyncio.run(exchange())
+            assert not connection.session.authenticated
+            assert sasl_gate.admit(connection.session, 3, 0.0) is not None
