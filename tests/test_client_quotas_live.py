@@ -379,3 +379,41 @@ def test_ip_connection_rate_quota_apis(dev: DevCluster) -> None:
         _alter(dev, [("ip", ip)], [("connection_creation_rate", None)])
     wait_until(lambda: _describe(dev, [("ip", 2, None)]).entries == (), timeout=10,
                message="IP quotas removed")
+
+
+def test_quotas_cli_ip_and_mutation_rate(dev: DevCluster,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``loglake quotas`` takes IP entities (kafka-configs --entity-type ips) and
+    ``controller_mutation_rate``; a host name or a combination is one error line."""
+    from loglake.cli import main
+
+    server = ["--bootstrap-server", dev.bootstrap_servers]
+    assert main(["quotas", "alter", *server, "--ip", "127.0.0.42",
+                 "--add-config", "connection_creation_rate=12"]) == 0
+    assert "Completed updating quota configs for ip '127.0.0.42'" in capsys.readouterr().out
+    assert main(["quotas", "alter", *server, "--ip-default",
+                 "--add-config", "connection_creation_rate=50"]) == 0
+    capsys.readouterr()
+    assert main(["quotas", "describe", *server, "--ip", "127.0.0.42"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "Quota configs for ip '127.0.0.42' are connection_creation_rate=12.0")
+    assert main(["quotas", "describe", *server, "--ip-default"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "Quota configs for the default ip are connection_creation_rate=50.0")
+    assert main(["quotas", "alter", *server, "--ip", "db.example",
+                 "--add-config", "connection_creation_rate=1"]) == 1
+    assert "db.example is not a valid IP or resolvable host." in capsys.readouterr().err
+    assert main(["quotas", "alter", *server, "--ip", "127.0.0.42", "--user", "x",
+                 "--add-config", "connection_creation_rate=1"]) == 1
+    assert "cannot be combined" in capsys.readouterr().err
+    assert main(["quotas", "alter", *server, "--user", "ops",
+                 "--add-config", "controller_mutation_rate=2.5"]) == 0
+    capsys.readouterr()
+    assert main(["quotas", "describe", *server, "--user", "ops"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "Quota configs for user-principal 'ops' are controller_mutation_rate=2.5")
+    for entity in (["--ip", "127.0.0.42"], ["--ip-default"]):
+        assert main(["quotas", "alter", *server, *entity,
+                     "--delete-config", "connection_creation_rate"]) == 0
+    assert main(["quotas", "alter", *server, "--user", "ops",
+                 "--delete-config", "controller_mutation_rate"]) == 0

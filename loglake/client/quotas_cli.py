@@ -6,15 +6,20 @@ loglake's other commands).
 ::
 
     loglake quotas describe [--user U | --user-default] [--client-id C | --client-default]
-                            [--format text|json]
+                            [--ip IP | --ip-default] [--format text|json]
     loglake quotas alter    (--user U | --user-default) and/or (--client-id C | --client-default)
+                            | (--ip IP | --ip-default)
                             [--add-config k=v[,k=v...]] [--delete-config k[,k...]]
                             [--validate-only]
 
-Keys: ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes per second, integers) and
-``request_percentage`` (percent of one request-handling thread). ``describe`` without entity
-options lists every entity with quotas; with options, exactly the named entity (kafka-configs'
-"contains only" filter). Text output, one line per entity (kafka-configs' form)::
+Keys of users and client ids: ``producer_byte_rate`` and ``consumer_byte_rate`` (bytes per
+second, integers), ``request_percentage`` (percent of one request-handling thread) and
+``controller_mutation_rate`` (partitions created or deleted per second, KIP-599). Key of IP
+entities (an IP address, not a host name, or the default; ``kafka-configs --entity-type
+ips``): ``connection_creation_rate`` (new connections per second, an integer, KIP-612).
+``describe`` without entity options lists every entity with quotas; with options, exactly the
+named entity (kafka-configs' "contains only" filter). Text output, one line per entity
+(kafka-configs' form)::
 
     Quota configs for user-principal 'alice', client-id 'app' are producer_byte_rate=1048576.0
 
@@ -40,6 +45,7 @@ ALTER_CLIENT_QUOTAS = (49, 1)
 CLIENT_ID = "loglake-quotas"
 USER = "user"
 CLIENT = "client-id"
+IP = "ip"
 MATCH_EXACT, MATCH_DEFAULT = 0, 1
 
 
@@ -60,7 +66,8 @@ def register(
     _entity_options(alter)
     alter.add_argument("--add-config", default="", metavar="K=V[,K=V...]",
                        help="quotas to set: producer_byte_rate, consumer_byte_rate, "
-                       "request_percentage")
+                       "request_percentage, controller_mutation_rate (users/client ids); "
+                       "connection_creation_rate (IPs)")
     alter.add_argument("--delete-config", default="", metavar="K[,K...]",
                        help="quotas to remove")
     alter.add_argument("--validate-only", action="store_true",
@@ -77,6 +84,10 @@ def _entity_options(parser: argparse.ArgumentParser) -> None:
     client.add_argument("--client-id", metavar="CLIENT_ID", help="a client id")
     client.add_argument("--client-default", action="store_true",
                         help="the default client-id entity (<default>)")
+    ip = parser.add_mutually_exclusive_group()
+    ip.add_argument("--ip", metavar="IP", help="an IP address (connection_creation_rate)")
+    ip.add_argument("--ip-default", action="store_true",
+                    help="the default IP entity (<default>)")
 
 
 def entity_of(args: argparse.Namespace) -> list[tuple[str, str | None]]:
@@ -86,6 +97,10 @@ def entity_of(args: argparse.Namespace) -> list[tuple[str, str | None]]:
         entity.append((USER, None if args.user_default else args.user))
     if args.client_id is not None or args.client_default:
         entity.append((CLIENT, None if args.client_default else args.client_id))
+    if args.ip is not None or args.ip_default:
+        if entity:
+            raise ValueError("an IP entity cannot be combined with --user/--client-id")
+        entity.append((IP, None if args.ip_default else args.ip))
     return entity
 
 
@@ -143,7 +158,7 @@ def describe_output(found: list[tuple[list[tuple[str, str | None]], dict[str, fl
 
 
 def _entity_text(entity: list[tuple[str, str | None]]) -> str:
-    names = {USER: "user-principal", CLIENT: "client-id"}
+    names = {USER: "user-principal", CLIENT: "client-id", IP: "ip"}
     return ", ".join(f"the default {names.get(kind, kind)}" if name is None
                      else f"{names.get(kind, kind)} '{name}'" for kind, name in entity)
 
@@ -153,7 +168,7 @@ def quotas_alter(args: argparse.Namespace) -> int:
     entity = entity_of(args)
     if not entity:
         raise ValueError("name the entity: --user/--user-default and/or "
-                         "--client-id/--client-default")
+                         "--client-id/--client-default, or --ip/--ip-default")
     ops = [{"key": key, "value": value, "remove": False}
            for key, value in parse_add_config(args.add_config)]
     ops += [{"key": key.strip(), "value": 0.0, "remove": True}
