@@ -248,6 +248,13 @@ def test_acls_add_remove_and_users_quotas(catalog: ClusterCatalog, client: TestC
     live = client.get("/fragments/security", headers=HX).text
     assert f'data-user="{user}"' in live and "SCRAM-SHA-256 (8192)" in live
     assert "producer_byte_rate=1048576" in live and "stored_key" not in live
+    # KIP-612 IP entities and KIP-599 mutation quotas are listed too
+    configs.alter("ips/127.0.0.77", {"connection_creation_rate": "15"})
+    configs.alter(f"clients/{user}-admin", {"controller_mutation_rate": "2.5"})
+    live = client.get("/fragments/security", headers=HX).text
+    assert "<td class=\"mono\">127.0.0.77</td>" in live
+    assert "connection_creation_rate=15" in live and "controller_mutation_rate=2.5" in live
+    configs.alter("ips/127.0.0.77", {"connection_creation_rate": None})
 
 
 def test_static_chart_script_is_served(client: TestClient) -> None:

@@ -43,7 +43,7 @@ from starlette.routing import BaseRoute, Route
 
 from loglake.broker.security.acl_model import CLUSTER_NAME
 from loglake.catalog import acls as stored
-from loglake.catalog.entity_configs import CLIENTS, USERS, desanitize
+from loglake.catalog.entity_configs import CLIENTS, IPS, USERS, desanitize
 from loglake.console import admin_requests
 from loglake.console.context import (
     ConsoleContext,
@@ -58,6 +58,8 @@ from loglake.errors import InvalidRequestError, LoglakeError
 
 QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
               "controller_mutation_rate")
+IP_QUOTA_KEYS = ("connection_creation_rate",)
+"""KIP-612 IP entities' key (``/config/ips/<ip>``), shown read-only."""
 SCRAM_PREFIX = "SCRAM-"
 RESOURCE_TYPES = ("Topic", "Group", "Cluster", "TransactionalId")
 """The resource types the add form offers (the kinds Kafka's authorizer checks)."""
@@ -75,6 +77,7 @@ class QuotaRow:
     user: str | None
     client_id: str | None
     quotas: tuple[tuple[str, str], ...]
+    ip: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,9 +130,14 @@ def snapshot(ctx: ConsoleContext) -> SecurityView:
     configs = catalog.entity_configs()
     users: list[UserRow] = []
     quotas: list[QuotaRow] = []
-    for kind in (USERS, CLIENTS, f"{USERS}/{CLIENTS}"):
+    for kind in (USERS, CLIENTS, f"{USERS}/{CLIENTS}", IPS):
         for path in configs.entities(kind)[:MAX_ENTITIES]:
             config = configs.get(path)
+            if kind == IPS:
+                ip_limits = tuple((k, config[k]) for k in IP_QUOTA_KEYS if k in config)
+                if ip_limits:
+                    quotas.append(QuotaRow(None, None, ip_limits, ip=desanitize(path[4:])))
+                continue
             user, client = _entity_names(path)
             mechanisms = tuple(sorted((k, scram_iterations(v)) for k, v in config.items()
                                       if k.startswith(SCRAM_PREFIX)))
@@ -142,7 +150,7 @@ def snapshot(ctx: ConsoleContext) -> SecurityView:
                         entry.host, entry.operation, entry.permission)
                for res, entry in catalog.acls().bindings()]
     users.sort(key=lambda u: u.user)
-    quotas.sort(key=lambda q: (q.user or "", q.client_id or ""))
+    quotas.sort(key=lambda q: (q.ip or "", q.user or "", q.client_id or ""))
     return SecurityView(users, entries, quotas)
 
 
