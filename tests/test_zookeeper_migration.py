@@ -222,3 +222,41 @@ def test_bad_input_is_one_error_line(open_cluster: DevCluster, tmp_path: Path) -
                     "--jaas-file", str(jaas), user=None, password=None)
     assert done.returncode == 0, done.stderr
     assert "as sasl:kafka" in done.stdout
+
+
+def test_missing_layout_roots_are_checked_or_created_secure(
+        sasl_zookeeper: ZooKeeperServer) -> None:
+    """A chroot with only ``/cluster/id``: ``--enable.path.check`` stops before changing
+    anything; without it, ``secure`` creates the layout's roots with the secure ACL (so no one
+    can create them open later) and walks Kafka's other roots only where they exist."""
+    chroot = f"/bare-{uuid.uuid4().hex[:8]}"
+    owner = _kazoo(sasl_zookeeper.hosts, USER, PASSWORD)
+    try:
+        owner.create(f"{chroot}/cluster/id", b'{"version":"1","id":"bare"}', makepath=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOGLAKE_ZOOKEEPER")}
+        env.update({ENV_USERNAME: USER, ENV_PASSWORD: PASSWORD})
+        command = [sys.executable, "-m", "loglake", "zookeeper-security-migration",
+                   "--zookeeper.acl", "secure", "--zookeeper.connect",
+                   sasl_zookeeper.hosts + chroot]
+        checked = subprocess.run([*command, "--enable.path.check"], env=env,
+                                 capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                                 check=False)
+        assert checked.returncode == 1
+        assert "Warning: these root paths do not exist in ZooKeeper: /admin, /brokers" in \
+            checked.stdout
+        assert "--enable.path.check" in checked.stderr
+        assert owner.exists(f"{chroot}/brokers") is None
+        assert _world(owner, chroot) == Permissions.ALL  # nothing changed
+
+        done = subprocess.run(command, env=env, capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT_S, check=False)
+        assert done.returncode == 0, done.stderr
+        for path in ("", "/brokers", "/kafka-acl", "/loglake", "/consumers", "/cluster/id"):
+            assert _world(owner, chroot + path) == Permissions.READ, path
+        acls, _ = owner.get_acls(f"{chroot}/config/users")
+        assert {(a.id.scheme, a.id.id) for a in acls} == {("sasl", USER)}
+        assert owner.exists(f"{chroot}/feature") is None  # Kafka-only roots: not created
+    finally:
+        owner.delete(chroot, recursive=True)
+        owner.stop()
+        owner.close()

@@ -406,12 +406,19 @@ def test_secured_dev_cluster_secures_its_zookeeper(tmp_path: Path) -> None:
         listed = _loglake("acls", "list", "--zookeeper", dev.zookeeper_connect, "--topic",
                           topic, env={"LOGLAKE_CONFIG_DIR": str(config_dir)})
         assert listed.returncode == 0 and "User:alice" in listed.stdout, listed.stderr
+        job = ["retention", "--zookeeper", dev.zookeeper_connect, "--topic", topic]
+        unrecorded = _loglake(*job, env=no_profile)  # recording is best effort: a warning
+        assert "NoAuth" in unrecorded.stderr, unrecorded.stderr
+        ran = _loglake(*job, env={"LOGLAKE_CONFIG_DIR": str(config_dir)})  # a clean-up job
+        assert ran.returncode == 0, ran.stderr
         owner = _kazoo(dev.zookeeper_hosts, "kafka",
                        Path(jaas).read_text().split('password="')[1].split('"')[0])
         try:
             assert b"SCRAM-SHA-512" in owner.get(f"{dev.chroot}/config/users/bob")[0]
             acls, _ = owner.get_acls(f"{dev.chroot}/config/users/bob")
             assert {(a.id.scheme, a.id.id) for a in acls} == {("sasl", "kafka")}
+            runs = owner.get_children(f"{dev.chroot}/loglake/jobs/runs/retention")
+            assert len(runs) == 1, runs  # the anonymous run recorded nothing
         finally:
             owner.stop()
             owner.close()

@@ -18,11 +18,13 @@ recursively: Kafka's ``ZkData.SecureRootPaths`` (``/admin``, ``/brokers``, ``/cl
 Kafka leaves its old consumers' path open, loglake has none) and ``/loglake``. ``secure``: the
 ACL :func:`loglake.catalog.zk_auth.acl_for` gives (creator ALL through the ``auth`` scheme, i.e.
 this tool's ``sasl:<user>``, plus world READ except under ``/config/users`` and
-``/config/brokers``), and the layout's persistent roots (``PERSISTENT_PATHS``) are created
-secure when missing, as Kafka's ``makeSurePersistentPathExists`` does, so nobody can create them
-open later; ``unsecure``: ``world:anyone`` ALL. A root that does not exist is skipped with a
-line (``--enable.path.check``: reported and the tool stops before changing anything, as
-Kafka's does). Znodes are changed with version -1 (whatever their ACL version), in batches of
+``/config/brokers``), and the layout's persistent paths (``PERSISTENT_PATHS``, what a secured
+broker creates at start) are created secure when missing, as Kafka's
+``makeSurePersistentPathExists`` does, so nobody can create them open later;
+``unsecure``: ``world:anyone`` ALL. A missing layout root gets a warning line
+(``--enable.path.check``: the tool stops there before changing anything, as Kafka's does);
+Kafka roots loglake never creates (``/feature``, ...) are walked only where they exist.
+Znodes are changed with version -1 (whatever their ACL version), in batches of
 :data:`BATCH` asynchronous requests; a znode deleted meanwhile is skipped.
 
 Login: required in both modes, as Kafka's tool refuses to run without a JAAS login: without
@@ -78,6 +80,13 @@ KAFKA_SECURE_ROOT_PATHS = (
 
 ROOT_PATHS = (*KAFKA_SECURE_ROOT_PATHS, "/consumers", "/loglake")
 """What the migration walks (below the chroot): Kafka's roots plus loglake's."""
+
+LAYOUT_ROOTS = tuple(root for root in ROOT_PATHS
+                     if any(path == root or path.startswith(root + "/")
+                            for path in PERSISTENT_PATHS))
+"""The roots loglake's layout always has (brokers create them): a missing one is warned about
+(a wrong chroot?) and, in ``secure`` mode, created secure. The other Kafka roots
+(``/isr_change_notification``, ``/feature``, ...) are only walked where they exist."""
 
 DEFAULT_MAX_ZNODES = 1_000_000
 BATCH = 200
@@ -178,22 +187,24 @@ def migrate(catalog: ClusterCatalog, mode: Mode, *, enable_path_check: bool = Fa
     or the walk passes ``max_znodes``; NoAuth znodes are in the result, not raised."""
     client = catalog.zk
     missing = [root for root in ROOT_PATHS if client.exists(root) is None]
-    if missing:
-        progress(f"Warning: these root paths do not exist in ZooKeeper: {', '.join(missing)}")
+    absent = [root for root in missing if root in LAYOUT_ROOTS]
+    if absent:
+        progress(f"Warning: these root paths do not exist in ZooKeeper: {', '.join(absent)}")
         if enable_path_check:
             raise LoglakeError("root paths missing (--enable.path.check): nothing changed; "
                                "is the chroot right?")
     result = MigrationResult()
+    if mode == "secure":  # what a secured broker creates at start, before anyone else can
+        for path in PERSISTENT_PATHS:
+            if client.exists(path) is None:
+                client.ensure_path(path)  # the catalog's client: each with acl_for(path)
+                result.created_roots.append(path)
     walker = _Walker(client, mode, result, max_znodes, progress)
     walker.set_one("/")
     for root in ROOT_PATHS:
-        if root in missing:
-            if mode == "secure" and root in PERSISTENT_PATHS:
-                client.ensure_path(root)  # the catalog's client: created with acl_for(root)
-                result.created_roots.append(root)
-            else:
-                result.skipped_roots.append(root)
-                continue
+        if client.exists(root) is None:
+            result.skipped_roots.append(root)
+            continue
         count = walker.walk(root)
         progress(f"{mode}: {root}: {count} znode{'s' if count != 1 else ''}")
     return result
