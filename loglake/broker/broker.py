@@ -76,8 +76,10 @@ from loglake.broker.metrics.collectors import (
     TierCollector,
 )
 from loglake.broker.metrics.http import MetricsEndpoint
+from loglake.broker.metrics.quota_metrics import QuotaCollector
 from loglake.broker.metrics.registry import BrokerMetrics
 from loglake.broker.metrics.state_counters import StateCounters
+from loglake.broker.metrics.transaction_metrics import TransactionCollector
 from loglake.broker.partition import Role
 from loglake.broker.producer_ids import ProducerIds
 from loglake.broker.quotas.config_sync import QuotaConfigSync
@@ -207,6 +209,9 @@ class Broker:
         self.metrics.register_collector(TierCollector(
             state=self.tierer.state, hosted=lambda: self.replicas.partitions,
             tiered=self.tierer.tiered, clock=clock))
+        self.metrics.register_collector(QuotaCollector(self.quotas))
+        self.metrics.register_collector(TransactionCollector(self.transactions,
+                                                             self.transactions.markers.counts))
         self._tasks: list[asyncio.Future[Any]] = []
         self._running = False  # start() finished
         self._rejoin: asyncio.Future[None] | None = None

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.metadata_cache import MetadataCache
+from loglake.broker.metrics.transaction_metrics import LoadTimes
 from loglake.broker.transactions.markers import (
     CoordinatorFencedError,
     MarkerOrder,
@@ -162,6 +163,8 @@ class TransactionCoordinator:
         self.partitions: dict[int, StatePartition] = {}
         self._loading: dict[int, asyncio.Future[StatePartition | None]] = {}
         self._closed = False
+        self.load_times = LoadTimes()  # state partition loads (broker/metrics/transaction_metrics)
+        self.timed_out_aborts = 0
 
     @property
     def me(self) -> int:
@@ -229,6 +232,7 @@ class TransactionCoordinator:
     async def _take_over(self, index: int) -> StatePartition | None:
         """Claim, bump the coordinator epoch, load; resume prepared transactions. None if the
         previous owner still holds the partition."""
+        started = time.monotonic()
         if not await self.zk.call(self.store.claim, index, self.me):
             log.debug("transaction state partition %d is still held by its previous owner",
                       index)
@@ -242,6 +246,7 @@ class TransactionCoordinator:
                 await self.zk.call(self.store.release, index)
             return None
         self.partitions[index] = part
+        self.load_times.record((time.monotonic() - started) * 1000)
         prepared = [e.meta for e in part.entries.values() if e.meta.state in PREPARED]
         log.log(logging.INFO if part.entries else logging.DEBUG,
                 "coordinating transaction state partition %d (coordinator epoch %d): %d ids, "
@@ -485,6 +490,14 @@ class TransactionCoordinator:
                 if listed(entry.meta, states=states, producer_ids=producer_ids,
                           min_duration_ms=min_duration_ms, now_ms=now)]
 
+    def state_counts(self) -> dict[str, int]:
+        """Transactional ids coordinated here per state (Kafka's names), for the metrics."""
+        counts: dict[str, int] = {}
+        for part in self.partitions.values():
+            for entry in part.entries.values():
+                counts[entry.meta.state.value] = counts.get(entry.meta.state.value, 0) + 1
+        return counts
+
     # ------------------------------------------------------------------ timers
     async def abort_timed_out(self) -> int:
         """Abort (epoch bump, fencing the producer) every Ongoing transaction past its
@@ -511,6 +524,7 @@ class TransactionCoordinator:
                              current.meta.timeout_ms, current.meta.producer_epoch)
                     self._send_markers(part, new)
                     aborted += 1
+                    self.timed_out_aborts += 1
         return aborted
 
     async def expire_ids(self) -> int:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from kio.serial.errors import SerialError
 
 from loglake.broker.connection import BrokerConnection, InterBrokerLink
 from loglake.broker.metadata_cache import MetadataCache
+from loglake.broker.metrics.transaction_metrics import MarkerCounts
 from loglake.errors import LoglakeError
 from loglake.faults import crash_point
 
@@ -95,6 +97,8 @@ class MarkerSender:
         self._connections: dict[int, BrokerConnection] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._closing: set[asyncio.Future[None]] = set()
+        self.counts = MarkerCounts()  # for the metrics (broker/metrics/transaction_metrics.py)
+        self._tokens = itertools.count()
 
     async def close(self) -> None:
         for connection in self._connections.values():
@@ -107,6 +111,14 @@ class MarkerSender:
         written. Raises CoordinatorFencedError or MarkersAbandonedError. ``crash_at``: a crash
         point (loglake/faults.py) reached when the first destination acknowledged its markers
         (the others may still be in flight or not sent)."""
+        token = next(self._tokens)
+        try:
+            await self._send(order, token, still_owner, crash_at)
+        finally:
+            self.counts.done(token)
+
+    async def _send(self, order: MarkerOrder, token: int, still_owner: Callable[[], bool],
+                    crash_at: str | None) -> None:
         # one entry per data partition, and per group (two groups may share an offsets
         # partition yet have different coordinators)
         pending: set[tuple[Target, str | None]] = {(tp, None) for tp in order.partitions}
@@ -124,13 +136,18 @@ class MarkerSender:
                     pending.discard(key)
                 elif broker >= 0:
                     by_broker.setdefault(broker, set()).add(key)
+            unknown = len(pending) - sum(map(len, by_broker.values()))
+            self.counts.round(token, len(pending), unknown)
             brokers = list(by_broker)
             results = await asyncio.gather(*(
                 self._send_to(broker, order, {target for target, _ in by_broker[broker]},
                               crash_at)
                 for broker in brokers))
             for broker, written in zip(brokers, results, strict=True):
-                pending -= {key for key in by_broker[broker] if key[0] in written}
+                done = {key for key in by_broker[broker] if key[0] in written}
+                pending -= done
+                self.counts.acknowledged(order.commit, len(done))
+            self.counts.round(token, len(pending), unknown)
             if pending:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
