@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loglake.broker.quotas.entities import CONTROLLER_MUTATION_RATE, QuotaEntity, QuotaOverrides
+from loglake.broker.quotas.rate import SampledRate, WindowedAvg
 from loglake.errors import ThrottlingQuotaExceededError
 
 THROTTLING_QUOTA_MESSAGE = "The throttling quota has been exceeded."
@@ -104,14 +105,18 @@ class MutationQuota:
                 manager.throttled += 1
                 raise ThrottlingQuotaExceededError(THROTTLING_QUOTA_MESSAGE)
             bucket.record(partitions, rate, burst, now)
+            manager.record_mutations(self.tags, partitions, now)
             return
         bucket.record(partitions, rate, burst, now)
+        manager.record_mutations(self.tags, partitions, now)
         if bucket.tokens < 0:
             self._set_throttle(bucket.tokens, rate, now)
 
     def _set_throttle(self, tokens: float, rate: float, now_ms: int) -> None:
         self._throttle_ms = round(-tokens / rate * 1000)
         self._recorded_ms = now_ms
+        if self.manager is not None:
+            self.manager.record_throttle(self.tags, self._throttle_ms, now_ms)
 
     def throttle_ms(self) -> int:
         """The throttle time now: as recorded, less the time since (Kafka's
@@ -136,6 +141,10 @@ class ControllerMutationQuotaManager:
         self.clock_ms = clock_ms
         self.overrides = QuotaOverrides()
         self.buckets: dict[tuple[str, str], TokenBucket] = {}
+        self.mutation_rates: dict[tuple[str, str], SampledRate] = {}
+        """Partitions per second per tags (Kafka's ``mutation-rate`` metric)."""
+        self.throttle_times: dict[tuple[str, str], WindowedAvg] = {}
+        """Throttle times (ms) per tags (Kafka's ``throttle-time`` metric)."""
         self.throttled = 0
         """Topics refused with THROTTLING_QUOTA_EXCEEDED since start."""
 
@@ -162,6 +171,20 @@ class ControllerMutationQuotaManager:
             bucket = self.buckets[tags] = TokenBucket()
         strict = api_version >= STRICT_SINCE.get(api_key, 1 << 15)
         return MutationQuota(self, bucket, tags, strict=strict)
+
+    def record_mutations(self, tags: tuple[str, str], partitions: float, now_ms: int) -> None:
+        rate = self.mutation_rates.get(tags)
+        if rate is None:
+            rate = self.mutation_rates[tags] = SampledRate(samples=self.samples,
+                                                           window_ms=self.window_s * 1000)
+        rate.record(partitions, now_ms)
+
+    def record_throttle(self, tags: tuple[str, str], throttle_ms: int, now_ms: int) -> None:
+        avg = self.throttle_times.get(tags)
+        if avg is None:
+            avg = self.throttle_times[tags] = WindowedAvg(samples=self.samples,
+                                                          window_ms=self.window_s * 1000)
+        avg.record(throttle_ms, now_ms)
 
     def tokens(self, tags: tuple[str, str]) -> float | None:
         """The tokens of the bucket of ``tags`` now (None: no bucket or no quota)."""

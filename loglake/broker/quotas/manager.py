@@ -38,7 +38,7 @@ from loglake.broker.quotas.entities import (
     quota_values,
 )
 from loglake.broker.quotas.ip_quotas import IpQuotas
-from loglake.broker.quotas.rate import SampledRate
+from loglake.broker.quotas.rate import SampledRate, WindowedAvg
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ class ClientQuotaManager:
         self.clock_ms = clock_ms
         self.overrides = QuotaOverrides()
         self._rates: dict[Tags, SampledRate] = {}
+        self.throttle_times: dict[Tags, WindowedAvg] = {}
+        """Throttle times (ms) recorded per rate, for Kafka's ``throttle-time`` metric."""
         self._next_expiry_ms = 0
 
     @property
@@ -102,7 +104,21 @@ class ClientQuotaManager:
         now = self.clock_ms() if now_ms is None else now_ms
         rate = self.rate(user, client_id)
         rate.record(value, now)
-        return rate.throttle_ms(now, max_ms=self.max_throttle_ms)
+        throttle = rate.throttle_ms(now, max_ms=self.max_throttle_ms)
+        if throttle > 0:
+            self.record_throttle(self.overrides.metric_tags(user, client_id), throttle, now)
+        return throttle
+
+    def record_throttle(self, tags: Tags, throttle_ms: int, now_ms: int) -> None:
+        avg = self.throttle_times.get(tags)
+        if avg is None:
+            avg = self.throttle_times[tags] = WindowedAvg(samples=self.samples,
+                                                          window_ms=self.window_ms)
+        avg.record(throttle_ms, now_ms)
+
+    def rates(self) -> dict[Tags, SampledRate]:
+        """Every live rate by its metric tags (metrics)."""
+        return dict(self._rates)
 
     def unrecord(self, user: str, client_id: str, value: float,
                  now_ms: int | None = None) -> None:
@@ -129,6 +145,7 @@ class ClientQuotaManager:
         for tags in [tags for tags, rate in self._rates.items()
                      if now - (rate.last_event_ms() or now) >= INACTIVE_EXPIRY_MS]:
             del self._rates[tags]
+            self.throttle_times.pop(tags, None)
 
 
 class ClientQuotas:

@@ -122,3 +122,28 @@ class SampledRate:
         for sample in self._samples:
             if now_ms - sample.last_event_ms >= expire_age:
                 sample.reset(now_ms)
+
+
+class WindowedAvg:
+    """Kafka's ``Avg`` stat over the last ``samples * window_ms``: the mean of the values
+    recorded in that span (NaN with none), e.g. a quota's ``throttle-time``. Keeps at most
+    ``max_kept`` values (the oldest are dropped first)."""
+
+    __slots__ = ("_values", "max_kept", "span_ms")
+
+    def __init__(self, *, samples: int, window_ms: int, max_kept: int = 1000) -> None:
+        self.span_ms = samples * window_ms
+        self.max_kept = max_kept
+        self._values: list[tuple[int, float]] = []
+
+    def record(self, value: float, now_ms: int) -> None:
+        self._values.append((now_ms, value))
+        if len(self._values) > self.max_kept:
+            del self._values[: len(self._values) - self.max_kept]
+
+    def measure(self, now_ms: int) -> float:
+        horizon = now_ms - self.span_ms
+        self._values = [(t, v) for t, v in self._values if t > horizon]
+        if not self._values:
+            return float("nan")
+        return sum(v for _, v in self._values) / len(self._values)
