@@ -77,7 +77,6 @@ from loglake.broker.metrics.collectors import (
 )
 from loglake.broker.metrics.http import MetricsEndpoint
 from loglake.broker.metrics.quota_metrics import QuotaCollector
-from loglake.broker.metrics.quota_metrics import QuotaCollector
 from loglake.broker.metrics.registry import BrokerMetrics
 from loglake.broker.metrics.state_counters import StateCounters
 from loglake.broker.metrics.transaction_metrics import TransactionCollector
@@ -210,7 +209,6 @@ class Broker:
         self.metrics.register_collector(TierCollector(
             state=self.tierer.state, hosted=lambda: self.replicas.partitions,
             tiered=self.tierer.tiered, clock=clock))
-        self.metrics.register_collector(QuotaCollector(self.quotas))
         self.metrics.register_collector(QuotaCollector(self.quotas))
         self.metrics.register_collector(TransactionCollector(self.transactions,
                                                              self.transactions.markers.counts))
