@@ -14,7 +14,9 @@ ACL for is refused with each client's own form of TOPIC_AUTHORIZATION_FAILED (no
 written). The Java client's negative cases: a wrong password and an unknown user
 (SaslAuthenticationException), an untrusted server certificate (SslAuthenticationException,
 an SSL handshake failure), a read of a topic and a group without ACLs (Topic/
-GroupAuthorizationException); after each the broker still serves a good client.
+GroupAuthorizationException); after each the broker still serves a good client. And KIP-368:
+the Java producer re-authenticates (SCRAM-SHA-512 over TLS) on a listener with
+``connections.max.reauth.ms``, on the same connection, while it keeps producing.
 
 One broker process serves every protocol at once (ports: base, +100, +200, +300):
 
@@ -22,7 +24,9 @@ One broker process serves every protocol at once (ports: base, +100, +200, +300)
   super user there (only there: the other listeners never yield ANONYMOUS);
 * SASL_SSL -- SCRAM-SHA-256 and SCRAM-SHA-512, server-only TLS;
 * MTLS -- SSL, ``ssl.client.auth=required``, ``CN=alice,OU=eng,O=loglake`` -> ``alice``;
-* SASL_PLAINTEXT -- PLAIN, users in the JAAS file's ``sasl_plaintext.KafkaServer`` section.
+* SASL_PLAINTEXT -- PLAIN, users in the JAAS file's ``sasl_plaintext.KafkaServer`` section;
+* REAUTH (+400) -- SASL_SSL, SCRAM-SHA-512, ``connections.max.reauth.ms`` = :data:`REAUTH_MS`
+  (a listener of its own: kcat's librdkafka 2.0 and the Python clients do not re-authenticate).
 """
 
 from __future__ import annotations
@@ -70,7 +74,8 @@ DENIED = "secret-"
 COUNT = 10
 WAIT_S = 60.0
 
-SASL_SSL_OFFSET, MTLS_OFFSET, PLAIN_OFFSET = 100, 200, 300
+SASL_SSL_OFFSET, MTLS_OFFSET, PLAIN_OFFSET, REAUTH_OFFSET = 100, 200, 300, 400
+REAUTH_MS = 2000
 PROTOCOLS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "SSL", "PLAIN")
 CLIENTS = ("confluent", "kafka-python", "aiokafka", "kcat", "java")
 
@@ -120,6 +125,11 @@ class Matrix:
         offset = {"SSL": MTLS_OFFSET, "PLAIN": PLAIN_OFFSET}.get(protocol, SASL_SSL_OFFSET)
         return Target(protocol, f"127.0.0.1:{self.dev.broker_port(1) + offset}", self.tls)
 
+    def reauth_target(self) -> Target:
+        """SCRAM-SHA-512 on the listener whose sessions last :data:`REAUTH_MS`."""
+        return Target("SCRAM-SHA-512",
+                      f"127.0.0.1:{self.dev.broker_port(1) + REAUTH_OFFSET}", self.tls)
+
 
 def _jaas_file(directory: Path) -> Path:
     path = directory / "kafka_server_jaas.conf"
@@ -155,13 +165,16 @@ def matrix(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> It
     tls = make_tls_files(tmp_path_factory.mktemp("matrix-tls"))
     overrides = {
         "listeners": "PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{port:1},"
-                     "MTLS://127.0.0.1:{port:2},SASL_PLAINTEXT://127.0.0.1:{port:3}",
+                     "MTLS://127.0.0.1:{port:2},SASL_PLAINTEXT://127.0.0.1:{port:3},"
+                     "REAUTH://127.0.0.1:{port:4}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL,"
-                                          "SASL_PLAINTEXT:SASL_PLAINTEXT",
+                                          "SASL_PLAINTEXT:SASL_PLAINTEXT,REAUTH:SASL_SSL",
         "inter.broker.listener.name": "PLAINTEXT",
         **broker_ssl_settings(tls),
         "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
         "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.reauth.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.reauth.connections.max.reauth.ms": str(REAUTH_MS),
         "sasl.jaas.file": str(_jaas_file(tls.directory)),
         "listener.name.mtls.ssl.client.auth": "required",
         "listener.name.mtls.ssl.principal.mapping.rules":
@@ -423,7 +436,7 @@ def _java_properties(target: Target, path: Path) -> Path:
 
 
 def _java(jar: Path, mode: str, target: Target, tmp: Path, topic: str,
-          group: str | None = None, count: int = COUNT) -> dict[str, Any]:
+          group: str | None = None, count: int = COUNT, pause_ms: int = 0) -> dict[str, Any]:
     """Run ``SecureClients <mode>`` (bounded) and return its JSON result."""
     import json
     config = _java_properties(target, tmp / f"client-{uuid.uuid4().hex[:6]}.properties")
@@ -431,7 +444,7 @@ def _java(jar: Path, mode: str, target: Target, tmp: Path, topic: str,
     command = ["java", "-Xmx256m", "-cp", classpath, "loglake.interop.SecureClients", mode,
                "--bootstrap", target.bootstrap, f"config={config}", f"topic={topic}",
                f"count={count}", f"group={group or ALLOWED + uuid.uuid4().hex[:8]}",
-               "timeout_s=40"]
+               f"pause_ms={pause_ms}", "timeout_s=40"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=150, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and lines, f"exit {done.returncode}: {done.stderr[-3000:]}"
@@ -530,3 +543,20 @@ def test_java_client_refusals(matrix: Matrix, interop_jar: Path, case: str,
     assert _end_offset(matrix, allowed) == 0  # nothing was written by the refused client
     # the broker keeps serving others, on the same listener
     assert _confluent_roundtrip(matrix.target(protocol), allowed) == _values()
+
+
+def test_java_client_reauthenticates(matrix: Matrix, interop_jar: Path, tmp_path: Path) -> None:
+    """KIP-368: SaslAuthenticate v1+ answers session_lifetime_ms; the Java producer logs in
+    again on the same connection before its session ends and keeps producing. Its own metrics
+    show successful re-authentications, none failed, and no connection beyond the bootstrap
+    and the leader's (a broker that closed expired sessions would force new ones)."""
+    allowed, _ = _topics(matrix)
+    pause_ms, count = 250, 12  # >= 3 s of producing on the connection: > REAUTH_MS
+    result = _java(interop_jar, "roundtrip", matrix.reauth_target(), tmp_path, allowed,
+                   count=count, pause_ms=pause_ms)
+    assert result["ok"] is True, result
+    assert result["values"] == [f"v{i}" for i in range(count)]
+    metrics = result["producer_metrics"]
+    assert metrics["successful-reauthentication-total"] >= 1, metrics
+    assert metrics["failed-reauthentication-total"] == 0, metrics
+    assert metrics["connection-creation-total"] <= 2, metrics

@@ -16,6 +16,8 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -23,7 +25,7 @@ import loglake.common.Json;
 
 /**
  * Entry point: {@code SecureClients MODE --bootstrap HOST:PORT config=FILE topic=T [count=N]
- * [group=G] [timeout_s=S]}.
+ * [group=G] [pause_ms=P] [timeout_s=S]}.
  *
  * <p>Apache Kafka's Java producer and consumer with the client properties of {@code FILE}
  * (security.protocol, sasl.*, ssl.*: exactly what an operator puts in a client.properties).
@@ -34,11 +36,18 @@ import loglake.common.Json;
  * "values": [...]}} or, when the client threw, {@code {"ok": false, "stage": "produce"|"consume",
  * "error": "<exception class simple name>", "cause": "<its cause's simple name>", "message":
  * ...}} (e.g. TopicAuthorizationException, SaslAuthenticationException,
- * SslAuthenticationException): refusals are results the caller checks, so the exit status is 0
+ * SslAuthenticationException). A successful produce also reports the producer's own
+ * connection metrics ({@code "producer_metrics"}: connection-creation-total,
+ * successful-reauthentication-total, failed-reauthentication-total; KIP-368), and
+ * {@code pause_ms} waits that long after each send (so a run can outlast a SASL session).
+ * Refusals are results the caller checks, so the exit status is 0
  * for both; 2 for bad arguments. Every wait is bounded by {@code timeout_s} (default 60):
  * max.block.ms, delivery.timeout.ms and the consume loop.
  */
 public final class SecureClients {
+    private static final List<String> REPORTED = List.of("connection-creation-total",
+            "successful-reauthentication-total", "failed-reauthentication-total");
+
     private SecureClients() {
     }
 
@@ -62,7 +71,9 @@ public final class SecureClients {
         String stage = "produce";
         try {
             if (mode.equals("roundtrip") || mode.equals("produce")) {
-                result.put("produced", produce(options, security));
+                Map<String, Object> metrics = new LinkedHashMap<>();
+                result.put("produced", produce(options, security, metrics));
+                result.put("producer_metrics", metrics);
             }
             stage = "consume";
             if (mode.equals("roundtrip") || mode.equals("consume")) {
@@ -99,7 +110,8 @@ public final class SecureClients {
         return cause;
     }
 
-    private static int produce(Options options, Properties security) throws Exception {
+    private static int produce(Options options, Properties security, Map<String, Object> metrics)
+            throws Exception {
         Properties props = new Properties();
         props.putAll(security);
         props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, options.bootstrap());
@@ -113,12 +125,22 @@ public final class SecureClients {
         props.put(ProducerConfig.LINGER_MS_CONFIG, 0);
         String topic = options.text("topic");
         int count = options.integer("count", 10);
+        int pauseMs = options.integer("pause_ms", 0);
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
             for (int i = 0; i < count; i++) {
                 producer.send(new ProducerRecord<>(topic, "k" + i, "v" + i))
                         .get(timeoutMs, TimeUnit.MILLISECONDS);
+                if (pauseMs > 0) {
+                    Clients.sleep(pauseMs);
+                }
             }
             producer.flush();
+            for (Map.Entry<MetricName, ? extends Metric> entry : producer.metrics().entrySet()) {
+                MetricName name = entry.getKey();
+                if (name.group().equals("producer-metrics") && REPORTED.contains(name.name())) {
+                    metrics.put(name.name(), entry.getValue().metricValue());
+                }
+            }
         }
         return count;
     }
