@@ -11,7 +11,10 @@ THROTTLING_QUOTA_EXCEEDED (89) with Kafka's message for the topics past the burs
 ``throttle_time_ms``; the refused topics are not created; after the throttle time they pass.
 Old versions (CreateTopics v5) are accepted and throttled. confluent-kafka's AdminClient
 (librdkafka sends CreateTopics v4, a permissive version) creates every topic and sees its next
-request held back by the mute; a client without the quota is never refused.
+request held back by the mute; a client without the quota is never refused. Java's AdminClient
+(kafka-clients 3.9, CreateTopics v7) with ``retryOnQuotaViolation(false)`` gets
+ThrottlingQuotaExceededException with the throttle time for the topics past the burst, and with
+the default options retries them by itself until they are created (KIP-599).
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ from loglake.broker.quotas.entities import DEFAULT, QuotaEntity
 from loglake.broker.quotas.manager import ClientQuotas
 from loglake.dev.harness import DevCluster, wait_until
 from loglake.errors import ThrottlingQuotaExceededError
+from tests.java_interop import interop_jar, run_scenario
 from tests.test_broker_metrics import metrics_urls, scrape, value
 from tests.wire import WireClient
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, ALTER_QUOTAS = 19, 20, 37, 49
+__all__ = ["interop_jar"]  # the fixture, imported for pytest
 
 
 # ---- pure
@@ -280,3 +285,23 @@ def test_quota_metrics_are_exported(dev: DevCluster) -> None:
             _set_rate(wire, "wire-test", None)
             produce_quota["entries"][0]["ops"][0].update(remove=True, value=0.0)
             wire.request(ALTER_QUOTAS, 1, produce_quota)
+
+
+def test_java_admin_sees_throttling_quota_exceeded(dev: DevCluster, interop_jar: Path) -> None:
+    with WireClient.connect(dev.bootstrap_servers, timeout=30) as wire:
+        _set_rate(wire, "java-admin", 1.0)  # burst 2 windows x 1 s x 1 = 2 partitions
+        try:
+            result = run_scenario(interop_jar, "mutation-quota", dev.bootstrap_servers,
+                                  timeout=240, prefix=f"mqj-{uuid.uuid4().hex[:6]}",
+                                  client_id="java-admin", strict_count=4, retry_count=3,
+                                  partitions=1, timeout_s=60)
+        finally:
+            _set_rate(wire, "java-admin", None)
+    outcomes = sorted(result["strict"].values())
+    # the bucket starts full (2): two topics take it to 0, the third below zero, the fourth
+    # (in the order the client sends them) is refused (KIP-599 strict: checked before recording)
+    assert outcomes == ["ThrottlingQuotaExceededException"] + ["created"] * 3, result
+    assert all(0 < ms <= 1000 for ms in result["throttle_time_ms"]), result
+    # default options: the client waits out the throttle and retries until all are created
+    assert result["retried"] == "created", result
+    assert result["retried_ms"] >= 500, result

@@ -40,6 +40,7 @@ public final class Interop {
                 case "group-rebalance" -> result.putAll(GroupScenarios.rebalance(options));
                 case "static-membership" -> result.putAll(GroupScenarios.staticMembership(options));
                 case "admin" -> result.putAll(AdminScenario.run(options));
+                case "mutation-quota" -> result.putAll(MutationQuotaScenario.run(options));
                 default -> {
                     usage("unknown scenario " + options.scenario());
                     return;
