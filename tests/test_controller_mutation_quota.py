@@ -106,6 +106,17 @@ def test_permissive_versions_record_and_throttle_without_refusing() -> None:
     assert quota.throttle_ms() == 3000
 
 
+def test_idle_buckets_expire_after_an_hour() -> None:
+    clock = Clock()
+    quotas = _quotas(clock, 1.0)
+    manager = quotas.controller_mutation
+    manager.quota_for("u", "c", CREATE_TOPICS, 7).record(1)
+    clock.now += 3_600_000
+    manager.quota_for("u", "other", CREATE_TOPICS, 7)  # a new bucket triggers the sweep
+    assert set(manager.buckets) == {("", "other")}
+    assert ("", "c") not in manager.mutation_rates
+
+
 def test_no_quota_is_unbounded_and_precedence_applies() -> None:
     clock = Clock()
     quotas = ClientQuotas(clock_ms=clock)

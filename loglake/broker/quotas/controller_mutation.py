@@ -43,6 +43,8 @@ from loglake.errors import ThrottlingQuotaExceededError
 
 THROTTLING_QUOTA_MESSAGE = "The throttling quota has been exceeded."
 """Kafka's ``Errors.THROTTLING_QUOTA_EXCEEDED.message``."""
+INACTIVE_EXPIRY_MS = 3_600_000
+EXPIRY_CHECK_MS = 60_000
 STRICT_SINCE = {19: 6, 20: 5, 37: 3}
 """The first version of CreateTopics (19), DeleteTopics (20) and CreatePartitions (37) whose
 quota is strict (KIP-599)."""
@@ -147,6 +149,7 @@ class ControllerMutationQuotaManager:
         """Throttle times (ms) per tags (Kafka's ``throttle-time`` metric)."""
         self.throttled = 0
         """Topics refused with THROTTLING_QUOTA_EXCEEDED since start."""
+        self._next_expiry_ms = 0
 
     @property
     def enabled(self) -> bool:
@@ -168,9 +171,23 @@ class ControllerMutationQuotaManager:
         tags = self.overrides.metric_tags(user, client_id)
         bucket = self.buckets.get(tags)
         if bucket is None:
+            self._expire()
             bucket = self.buckets[tags] = TokenBucket()
         strict = api_version >= STRICT_SINCE.get(api_key, 1 << 15)
         return MutationQuota(self, bucket, tags, strict=strict)
+
+    def _expire(self) -> None:
+        """Drop the state of tags idle for an hour (Kafka's sensor expiry), at most once a
+        minute: a bucket idle that long is full again anyway."""
+        now = self.clock_ms()
+        if now < self._next_expiry_ms:
+            return
+        self._next_expiry_ms = now + EXPIRY_CHECK_MS
+        for tags in [t for t, b in self.buckets.items()
+                     if b.last_ms is not None and now - b.last_ms >= INACTIVE_EXPIRY_MS]:
+            del self.buckets[tags]
+            self.mutation_rates.pop(tags, None)
+            self.throttle_times.pop(tags, None)
 
     def record_mutations(self, tags: tuple[str, str], partitions: float, now_ms: int) -> None:
         rate = self.mutation_rates.get(tags)
