@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from loglake.catalog.zookeeper import ClusterCatalog
+from loglake.cli import main as loglake_main
 from loglake.compaction.cli import main as jobs_main
 from loglake.dev.harness import DevCluster, wait_until
 from tests.admin_util import create_topic
@@ -134,7 +138,9 @@ def test_dashboard_structure() -> None:
     text = " ".join(dashboard_expressions())
     for needed in ("messagesin", "totaltimems_bucket", "underreplicatedpartitions",
                    "isrshrinks", "kafka_consumergroup_lag", "loglake_tier_lag_seconds",
-                   "loglake_tier_commits_total", "loglake_job_runs_total"):
+                   "loglake_tier_commits_total", "loglake_job_runs_total",
+                   "socket_server_metrics_connection_count", "kafka_server_quota_throttle_time",
+                   "loglake_transaction_markers_written_total"):
         assert needed in text, f"the dashboard shows nothing of {needed}"
 
 
@@ -152,7 +158,11 @@ def test_alert_rules_structure() -> None:
                               "kafka_controller_kafkacontroller_offlinepartitionscount",
                               "kafka_consumergroup_lag", "loglake_tier_lag_seconds",
                               "kafka_controller_kafkacontroller_activecontrollercount",
-                              "loglake_job_runs_total")}
+                              "loglake_job_runs_total",
+                              "kafka_server_socket_server_metrics_failed_authentication_total",
+                              "loglake_connections_rejected_total",
+                              "kafka_server_quota_throttle_time",
+                              "loglake_transaction_coordinator_timed_out_aborts_total")}
     assert all(by_metric.values()), f"alerts missing for {by_metric}"
     config = yaml.safe_load(SCRAPE_CONFIG.read_text())
     for rule_file in config["rule_files"]:
@@ -194,7 +204,10 @@ def metrics_dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
                 ) -> Iterator[DevCluster]:
     data = tmp_path_factory.mktemp("ops-dashboards")
     with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts,
-                    broker_overrides={"metrics.listener": "http://127.0.0.1:0"}) as dev:
+                    broker_overrides={"metrics.listener": "http://127.0.0.1:0",
+                                      # one connection from 127.0.0.2 (the tests' clients
+                                      # use 127.0.0.1): a second one is refused and counted
+                                      "max.connections.per.ip.overrides": "127.0.0.2:1"}) as dev:
         yield dev
 
 
@@ -221,6 +234,55 @@ def _workload(dev: DevCluster, topic: str) -> None:
         consumer.close()
 
 
+QUOTA_CLIENT = "ops-quota-client"
+
+
+def _set_quotas(dev: DevCluster) -> None:
+    """Client quotas of every kind for one client id (``loglake quotas alter``), so the quota
+    series exist once that client produces and creates topics."""
+    assert loglake_main(["quotas", "alter", "--bootstrap-server", dev.bootstrap_servers,
+                         "--client-id", QUOTA_CLIENT, "--add-config",
+                         "producer_byte_rate=1000,request_percentage=500,"
+                         "controller_mutation_rate=100"]) == 0
+
+
+def _quota_traffic(dev: DevCluster) -> None:
+    """The quota'd client produces over its byte rate (so it is throttled) and creates a topic
+    (records into each quota's sensor)."""
+    producer = Producer({"bootstrap.servers": dev.bootstrap_servers, "client.id": QUOTA_CLIENT,
+                         "linger.ms": 0})
+    for i in range(15):
+        producer.produce("ops-dashboards", b"%d" % i + b"q" * 1000)
+    assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": dev.bootstrap_servers, "client.id": QUOTA_CLIENT})
+    name = f"ops-mutation-{uuid.uuid4().hex[:6]}"
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+
+
+def _refused_connection(dev: DevCluster) -> None:
+    """Two connections from 127.0.0.2 to a broker allowing one from there: the second is
+    closed at once (``max.connections.per.ip.overrides``)."""
+    host, port = dev.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    first = socket.create_connection((host, int(port)), timeout=10,
+                                     source_address=("127.0.0.2", 0))
+    try:
+        second = socket.create_connection((host, int(port)), timeout=10,
+                                          source_address=("127.0.0.2", 0))
+        with second:
+            assert second.recv(1) == b""  # closed by the broker
+    finally:
+        first.close()
+
+
+def _transaction(dev: DevCluster) -> None:
+    producer = Producer({"bootstrap.servers": dev.bootstrap_servers,
+                         "transactional.id": f"ops-{uuid.uuid4().hex[:6]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("ops-dashboards", b"in a transaction")
+    producer.commit_transaction(30)
+
+
 def _metrics_url(dev: DevCluster) -> str:
     catalog = ClusterCatalog(dev.zookeeper_connect, mode="tool")
     catalog.start()
@@ -237,6 +299,10 @@ def test_every_metric_named_is_exported(metrics_dev: DevCluster, tmp_path: Path)
     assert len(wanted) > 30, sorted(wanted)
     topic = "ops-dashboards"
     _workload(metrics_dev, topic)
+    _set_quotas(metrics_dev)
+    _transaction(metrics_dev)
+    _quota_traffic(metrics_dev)
+    _refused_connection(metrics_dev)
 
     textfiles = []
     for command in ("retention", "optimize", "vacuum"):
@@ -259,6 +325,8 @@ def test_every_metric_named_is_exported(metrics_dev: DevCluster, tmp_path: Path)
     last: dict[str, set[str]] = {}
 
     def all_exported() -> bool:
+        if any(name.startswith("kafka_server_quota_") for name in last.get("missing", ())):
+            _quota_traffic(metrics_dev)  # until the broker applied the quotas
         response = httpx.get(url, timeout=10)
         assert response.status_code == 200
         names = scrape_names(response.text) | job_names
