@@ -19,10 +19,12 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kio.schema.errors import ErrorCode
 from starlette.testclient import TestClient
 
 from loglake.client import Admin
 from loglake.client import hanging_transactions as txns
+from loglake.client.errors import BrokerError
 from loglake.client.model import TransactionDescription, TransactionListing
 from loglake.console import transactions as page
 from loglake.console.app import create_app
@@ -209,3 +211,22 @@ def test_overdue_and_hanging_rules() -> None:
         now_ms=now, max_timeout_ms=15 * 60_000)
     assert [r.hanging for r in rows] == [True, False, True, False]
     assert rows[0].transactional_id is None and rows[1].transactional_id == "t"
+
+
+def test_describe_producers_collects_refused_partitions(cluster: DevCluster) -> None:
+    """A partition its leader refuses (here: one that does not exist) raises, or, with
+    ``refused``, is reported there while the others are answered (the console lists what it
+    may see: a logged-in user without READ on some topics)."""
+    topic = _topic(cluster, "txn-refused")
+    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
+    with Admin(cluster.bootstrap_servers) as admin:
+        keys = [(topic, 0), (topic, 7)]
+        deadline = time.monotonic() + 10
+        with pytest.raises(BrokerError) as raised:
+            txns._describe_on(admin, host, int(port), keys, deadline, "describe", None)
+        assert raised.value.code == ErrorCode.unknown_topic_or_partition
+        refused: dict[tuple[str, int], BrokerError] = {}
+        found = txns._describe_on(admin, host, int(port), keys, deadline, "describe", refused)
+        assert found == {(topic, 0): []}
+        assert list(refused) == [(topic, 7)]
+        assert "UNKNOWN_TOPIC_OR_PARTITION" in str(refused[(topic, 7)])

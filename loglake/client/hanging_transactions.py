@@ -77,9 +77,13 @@ class OpenTransaction:
 
 
 def describe_producers(admin: Admin, partitions: Iterable[PartitionKey], *,
-                       timeout: float | None = None) -> dict[PartitionKey, list[ProducerState]]:
+                       timeout: float | None = None,
+                       refused: dict[PartitionKey, BrokerError] | None = None,
+                       ) -> dict[PartitionKey, list[ProducerState]]:
     """The active producers of ``partitions``, each asked of its leader. A partition without a
-    leader, or one its leader refuses, raises :class:`BrokerError` naming it."""
+    leader, or one its leader refuses (e.g. TOPIC_AUTHORIZATION_FAILED without READ), raises
+    :class:`BrokerError` naming it; with ``refused`` given, its error goes there instead and
+    the other partitions are answered."""
     limit = admin._limit(timeout)
     deadline = time.monotonic() + limit
     operation = "describe producers"
@@ -103,12 +107,14 @@ def describe_producers(admin: Admin, partitions: Iterable[PartitionKey], *,
         for start in range(0, len(keys), MAX_PARTITIONS_PER_REQUEST):
             batch = keys[start:start + MAX_PARTITIONS_PER_REQUEST]
             found.update(_describe_on(admin, str(node.host), int(node.port), batch, deadline,
-                                      f"{operation} on broker {leader}"))
+                                      f"{operation} on broker {leader}", refused))
     return found
 
 
 def _describe_on(admin: Admin, host: str, port: int, keys: Sequence[PartitionKey],
-                 deadline: float, where: str) -> dict[PartitionKey, list[ProducerState]]:
+                 deadline: float, where: str,
+                 refused: dict[PartitionKey, BrokerError] | None,
+                 ) -> dict[PartitionKey, list[ProducerState]]:
     topics: dict[str, list[int]] = defaultdict(list)
     for topic, partition in keys:
         topics[topic].append(partition)
@@ -119,8 +125,15 @@ def _describe_on(admin: Admin, host: str, port: int, keys: Sequence[PartitionKey
     found: dict[PartitionKey, list[ProducerState]] = {}
     for topic in response.topics:
         for entry in topic.partitions:
-            _raise(f"{where}: {topic.name}-{entry.partition_index}", entry.error_code,
-                   entry.error_message)
+            key = (topic.name, int(entry.partition_index))
+            try:
+                _raise(f"{where}: {topic.name}-{entry.partition_index}", entry.error_code,
+                       entry.error_message)
+            except BrokerError as exc:
+                if refused is None:
+                    raise
+                refused[key] = exc
+                continue
             found[(topic.name, int(entry.partition_index))] = [
                 _producer(p) for p in entry.active_producers]
     return found

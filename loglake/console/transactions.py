@@ -146,10 +146,16 @@ def snapshot(ctx: ConsoleContext, max_timeout_min: int) -> TransactionsView:
         errors.append(f"list transactions: {exc}")
     open_txns: list[txns.OpenTransaction] = []
     keys, left_out = _partitions(admin)
+    refused: dict[tuple[str, int], BrokerError] = {}
     try:
-        open_txns = txns.open_transactions(txns.describe_producers(admin, keys))
+        open_txns = txns.open_transactions(txns.describe_producers(admin, keys,
+                                                                   refused=refused))
     except LoglakeError as exc:
         errors.append(f"describe producers: {exc}")
+    if refused:  # e.g. topics the (logged-in) user may describe but not read
+        (key, first), count = next(iter(refused.items())), len(refused)
+        errors.append(f"describe producers: {count} partition(s) refused, e.g. "
+                      f"{key[0]}-{key[1]}: {first}")
     transactional_ids = {t.producer_id: t.transactional_id for t in listings}
     wanted = {transactional_ids[t.producer.producer_id] for t in open_txns
               if t.producer.producer_id in transactional_ids}
