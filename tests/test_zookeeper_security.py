@@ -422,3 +422,74 @@ def test_secured_dev_cluster_secures_its_zookeeper(tmp_path: Path) -> None:
         finally:
             owner.stop()
             owner.close()
+
+
+def test_a_dev_cluster_secured_later_is_migrated_and_stays_secured(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A dev cluster first run open, then ``up`` with ``--security``: ``up`` warns that the
+    old znodes stay open, the migration tool secures them while the brokers serve, and a later
+    ``up`` without ``--security`` keeps ZooKeeper's authentication (its znodes' ACLs need it)."""
+    data = tmp_path / "dev"
+    early = f"early-{uuid.uuid4().hex[:6]}"
+    with DevCluster(data) as dev:
+        assert dev.info.zookeeper_jaas_file is None
+        dev.create_topic(early)
+    capfd.readouterr()
+    with DevCluster(data, security="sasl_ssl") as dev:
+        assert "zookeeper-security-migration --zookeeper.acl secure" in capfd.readouterr().err
+        path = f"{dev.chroot}/brokers/topics/{early}"
+        anonymous = _kazoo(dev.zookeeper_hosts)
+        try:
+            assert _world_perms(anonymous, path) == Permissions.ALL  # created open
+            migrated = _loglake("zookeeper-security-migration", "--zookeeper.acl", "secure",
+                                "--zookeeper.connect", dev.zookeeper_connect,
+                                env=dev.tool_env())
+            assert migrated.returncode == 0, migrated.stderr
+            assert _refused(lambda: anonymous.set(path, b"rewritten"))
+            assert _refused(lambda: anonymous.delete(path, recursive=True))
+        finally:
+            anonymous.stop()
+            anonymous.close()
+        producer = Producer(dev.client_config())
+        producer.produce(early, b"after the migration")
+        assert producer.flush(30) == 0
+        del producer
+    with DevCluster(data) as dev:  # no --security: ZooKeeper stays secured
+        assert dev.info.zookeeper_jaas_file is not None
+        later = f"later-{uuid.uuid4().hex[:6]}"
+        dev.create_topic(later)
+        anonymous = _kazoo(dev.zookeeper_hosts)
+        try:
+            for topic in (early, later):
+                path = f"{dev.chroot}/brokers/topics/{topic}"
+                assert _refused(lambda p=path: anonymous.set(p, b"rewritten")), topic
+        finally:
+            anonymous.stop()
+            anonymous.close()
+
+
+def test_tools_find_the_login_in_the_environment_else_the_profile(tmp_path: Path) -> None:
+    """:func:`zk_auth_for_connect` (what ``ClusterCatalog`` uses without a ``ZkAuth``): the
+    environment wins; else the profile's JAAS file, only for the profile's ZooKeeper hosts."""
+    from loglake import addresses
+    from loglake.catalog.zk_auth import ENV_JAAS_FILE, zk_auth_for_connect
+    from loglake.errors import InvalidConfigError
+
+    jaas = tmp_path / "zk.jaas"
+    jaas.write_text('Client { org.apache.zookeeper.server.auth.DigestLoginModule required '
+                    'username="kafka" password="from-profile"; };\n')
+    env = {addresses.CONFIG_DIR_ENV: str(tmp_path / "config")}
+    assert zk_auth_for_connect("127.0.0.1:2181/loglake", env) == NO_AUTH  # no profile
+    addresses.write_profile(addresses.Profile("127.0.0.1:2181/loglake", "127.0.0.1:9092",
+                                              str(tmp_path), None, str(jaas)), env)
+    for connect in ("127.0.0.1:2181/loglake", "127.0.0.1:2181", "127.0.0.1:2181/other"):
+        assert zk_auth_for_connect(connect, env) == ZkAuth("kafka", "from-profile",
+                                                           set_acl=True), connect
+    assert zk_auth_for_connect("127.0.0.1:2182/loglake", env) == NO_AUTH  # another ZooKeeper
+    assert zk_auth_for_connect("127.0.0.1:2181/loglake", {
+        **env, ENV_USERNAME: "tool", ENV_PASSWORD: "from-env"}) == ZkAuth(
+            "tool", "from-env", set_acl=True)
+    with pytest.raises(InvalidConfigError, match="cannot read the JAAS file"):
+        zk_auth_for_connect("127.0.0.1:2181", {**env, ENV_JAAS_FILE: str(tmp_path / "none")})
+    addresses.profile_path(env).write_text("{not json")
+    assert zk_auth_for_connect("127.0.0.1:2181/loglake", env) == NO_AUTH

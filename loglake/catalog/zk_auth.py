@@ -277,7 +277,7 @@ def zk_auth_for_connect(connect: str, environ: Mapping[str, str] | None = None) 
     InvalidConfigError on half or unreadable credentials (an unreadable profile counts as
     none: :mod:`loglake.addresses` reports it where the address itself comes from it)."""
     env = os.environ if environ is None else environ
-    if any(env.get(name) for name in ENVIRONMENT.values()):
+    if any(env.get(name) for name in (ENV_USERNAME, ENV_PASSWORD, ENV_JAAS_FILE)):
         return resolve_zk_auth(environ=env)
     try:
         profile = addresses.read_profile(env)

@@ -486,13 +486,19 @@ def _ensure_chroot(hosts: str, chroot: str, timeout: float,
                    login: secure.ZooKeeperLogin | None = None) -> None:
     """Create the brokers' chroot znode so brokers can connect under it (logged in as
     ``login`` with Kafka's secure ACL when ZooKeeper authenticates)."""
-    from loglake.catalog.zk_acls import PathAclKazooClient  # heavy import, only needed here
+    from loglake.catalog.zk_acls import PathAclKazooClient, world_writable  # heavy, only here
 
     client = PathAclKazooClient(
         hosts=hosts, timeout=timeout, sasl_options=None if login is None else login.sasl_options(),
         acl_policy=None if login is None else zk_auth.acl_for)
     try:
         client.start(timeout=timeout)
+        if login is not None and client.exists(chroot) is not None and world_writable(
+                client.get_acls(chroot)[0]):
+            print(f"loglake: warning: the znodes under {chroot} were created without ZooKeeper "
+                  "authentication and stay open to anyone: run `loglake "
+                  "zookeeper-security-migration --zookeeper.acl secure` once the brokers run",
+                  file=sys.stderr)
         client.ensure_path(chroot)
     except Exception as exc:
         raise StartupError(f"cannot create the chroot {chroot} in ZooKeeper at {hosts}: {exc}"
@@ -551,8 +557,9 @@ def up(
     cluster over HTTPS with the cluster's certificate and HTTP Basic auth against the SCRAM
     users, and the client properties file gets ``schema.registry.url`` and
     ``basic.auth.user.info``); the info names its URL. ``zookeeper_auth`` (default: on for a
-    secured cluster with its own ZooKeeper, off otherwise; an external ZooKeeper has its own
-    users, so it cannot be turned on there): ZooKeeper with SASL, brokers logging in with
+    secured cluster with its own ZooKeeper, and for one whose ZooKeeper was secured before, its
+    login being under ``DIR/security``; off otherwise; an external ZooKeeper has its own users,
+    so it cannot be turned on there): ZooKeeper with SASL, brokers logging in with
     ``zookeeper.set.acl=true``, and the console and registry logging in too
     (:mod:`loglake.dev.secure`); the info names the JAAS file tools log in with.
 
@@ -568,13 +575,14 @@ def up(
     if security is not None and security not in secure.SECURITY_MODES:
         raise ValueError(f"security must be one of {', '.join(secure.SECURITY_MODES)}, "
                          f"got {security!r}")
-    if zookeeper_auth is None:
-        zookeeper_auth = security is not None and external_zookeeper is None
+    data_dir = Path(data_dir).absolute()
+    if zookeeper_auth is None:  # a ZooKeeper secured once stays so (its znodes' ACLs do)
+        zookeeper_auth = external_zookeeper is None and (
+            security is not None or secure.zookeeper_login_exists(data_dir))
     if zookeeper_auth and external_zookeeper is not None:
         raise ValueError("ZooKeeper authentication needs the dev cluster's own ZooKeeper (an "
                          "external one has its own SASL users): drop zookeeper_auth or "
                          "external_zookeeper")
-    data_dir = Path(data_dir).absolute()
     with _locked(data_dir, create=True):
         previous = _load_state(data_dir)
         if previous is not None:

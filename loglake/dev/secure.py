@@ -91,6 +91,12 @@ class ZooKeeperLogin:
         return {JAAS_FILE: str(self.jaas_file), SET_ACL: "true"}
 
 
+def zookeeper_login_exists(data_dir: Path) -> bool:
+    """Whether the dev cluster in ``data_dir`` had ZooKeeper authentication before (its
+    ZooKeeper's znodes then carry ACLs only that login passes)."""
+    return (security_dir(data_dir) / ZOOKEEPER_JAAS).is_file()
+
+
 def prepare_zookeeper_login(data_dir: Path) -> ZooKeeperLogin:
     """The ZooKeeper user's password (made once, random, kept) and its JAAS ``Client`` file
     under ``DIR/security``."""
