@@ -29,7 +29,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from loglake.basic_auth import ScramAuthenticator
+from loglake.basic_auth import LoginLimiter, LoginLimits, ScramAuthenticator
 from loglake.client import SecurityConfig
 from loglake.console import (
     groups,
@@ -63,13 +63,16 @@ PAGE_MODULES: tuple[ModuleType, ...] = (overview, topics, topic_page, groups, ti
 
 
 def create_app(zookeeper: str, *, bootstrap: str | None = None,
-               command_config: str | None = None, basic_auth: bool = False) -> Starlette:
+               command_config: str | None = None, basic_auth: bool = False,
+               login_limits: LoginLimits | None = None) -> Starlette:
     """The console for the cluster at ``zookeeper`` (``host:port[/chroot]``).
 
     ``bootstrap``: the Kafka bootstrap servers (default: the registered brokers, read from
     ZooKeeper); ``command_config``: a client properties file (TLS/SASL) for the SDK clients;
     ``basic_auth``: require HTTP Basic logins of the cluster's SCRAM users and act as the
-    logged-in user (:mod:`loglake.console.login`). Nothing connects before the first request.
+    logged-in user (:mod:`loglake.console.login`); ``login_limits``: how many failed logins
+    an address or a user name may have (default :class:`~loglake.basic_auth.LoginLimits`).
+    Nothing connects before the first request.
     """
     security = SecurityConfig() if command_config is None else SecurityConfig.load(
         command_config)
@@ -115,7 +118,8 @@ def create_app(zookeeper: str, *, bootstrap: str | None = None,
     app.state.console = ctx
     if basic_auth:
         authenticator = ScramAuthenticator(_CatalogConfigs(ctx))
-        app.add_middleware(LoginMiddleware, check=authenticator.mechanism)
+        app.add_middleware(LoginMiddleware, check=authenticator.mechanism,
+                           cached=authenticator.cached, limiter=LoginLimiter(login_limits))
     return app
 
 

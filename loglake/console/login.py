@@ -11,6 +11,14 @@ threads that run the request's blocking calls, so :class:`~loglake.console.conte
 ConsoleContext`'s client accessors act as that user (see there). Background tasks (the lag
 sampler) run without a login and use the console's own ``--command-config`` account.
 
+Failed logins are limited (:class:`loglake.basic_auth.LoginLimiter`): after too many failures
+from one client address (the TCP peer; ``X-Forwarded-For`` is not trusted) or for one user name
+within the window, further attempts get ``429`` with ``Retry-After`` before any ZooKeeper read
+or PBKDF2; a login accepted within the last seconds (the authenticator's success cache) still
+passes, so the real user's open session is not locked out by someone guessing. Requests
+without credentials (a browser's first request) and malformed headers cost nothing and are
+not counted.
+
 Passwords: kept only in the request's context and in the per-user client cache
 (:mod:`loglake.console.user_clients`), in memory; never logged, never written.
 """
@@ -26,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from loglake.basic_auth import basic_credentials
+from loglake.basic_auth import LoginLimiter, basic_credentials, retry_after_header
 from loglake.errors import LoglakeError
 
 REALM = "loglake console"
@@ -58,12 +66,17 @@ def current_login() -> Login | None:
 
 
 class LoginMiddleware:
-    """Refuse (401) HTTP requests without accepted Basic credentials; run the others with
-    :data:`CURRENT_LOGIN` set. The check runs in the thread pool (ZooKeeper read, PBKDF2)."""
+    """Refuse (401) HTTP requests without accepted Basic credentials, (429) logins from an
+    address or name over the failure limit; run the others with :data:`CURRENT_LOGIN` set.
+    The check runs in the thread pool (ZooKeeper read, PBKDF2)."""
 
-    def __init__(self, app: ASGIApp, *, check: MechanismCheck) -> None:
+    def __init__(self, app: ASGIApp, *, check: MechanismCheck,
+                 cached: MechanismCheck | None = None,
+                 limiter: LoginLimiter | None = None) -> None:
         self.app = app
         self.check = check
+        self.cached = cached
+        self.limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
@@ -73,14 +86,31 @@ class LoginMiddleware:
         credentials = basic_credentials(headers.get(b"authorization", b""))
         mechanism = None
         if credentials is not None:
-            try:
-                mechanism = await run_in_threadpool(self.check, *credentials)
-            except LoglakeError as exc:  # ZooKeeper unreachable: cannot check now
-                response = HTMLResponse(
-                    f'<div class="error" role="alert"><strong>503</strong> cannot check the '
-                    f"login now: {html.escape(str(exc))}</div>", status_code=503)
-                await response(scope, receive, send)
-                return
+            mechanism = self.cached(*credentials) if self.cached is not None else None
+            if mechanism is None:
+                address = _client_address(scope)
+                wait = None if self.limiter is None else self.limiter.acquire(
+                    address, credentials[0])
+                if wait is not None:
+                    response = HTMLResponse(
+                        '<div class="error" role="alert"><strong>429</strong> too many failed '
+                        "logins from this address or for this user: try again later</div>",
+                        status_code=429, headers={"Retry-After": retry_after_header(wait)})
+                    await response(scope, receive, send)
+                    return
+                failed = False
+                try:
+                    mechanism = await run_in_threadpool(self.check, *credentials)
+                    failed = mechanism is None
+                except LoglakeError as exc:  # ZooKeeper unreachable: cannot check now
+                    response = HTMLResponse(
+                        f'<div class="error" role="alert"><strong>503</strong> cannot check '
+                        f"the login now: {html.escape(str(exc))}</div>", status_code=503)
+                    await response(scope, receive, send)
+                    return
+                finally:
+                    if self.limiter is not None:
+                        self.limiter.release(address, credentials[0], failed=failed)
         if credentials is None or mechanism is None:
             response = HTMLResponse(
                 '<div class="error" role="alert"><strong>401</strong> log in with the name '
@@ -93,3 +123,9 @@ class LoginMiddleware:
             await self.app(scope, receive, send)
         finally:
             CURRENT_LOGIN.reset(token)
+
+
+def _client_address(scope: Scope) -> str:
+    """The TCP peer's address ("-" when the server does not say)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "-"
