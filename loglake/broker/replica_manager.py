@@ -643,8 +643,13 @@ class ReplicaManager:
         return result
 
     def producer_summaries(self, topic: str, index: int) -> list[ProducerSummary]:
-        """DescribeProducers: the active producers of a partition this broker leads."""
-        return self.leader_partition(topic, index).producer_summaries()
+        """DescribeProducers: the active producers of a partition this broker hosts, leader or
+        follower (Kafka's ``ReplicaManager.activeProducerState``); else the errors of
+        :meth:`leader_partition`."""
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            partition = self.leader_partition(topic, index)  # raises why it is not hosted
+        return partition.producer_summaries()
 
     # ------------------------------------------------------------------ epochs
     def end_offset_for_epoch(self, topic: str, index: int, leader_epoch: int, *,

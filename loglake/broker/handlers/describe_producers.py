@@ -1,11 +1,13 @@
-"""DescribeProducers (v0, key 61, KIP-664): the active producers of partitions, as their leader
+"""DescribeProducers (v0, key 61, KIP-664): the active producers of partitions, as a replica
 knows them. Decode, one call per partition, encode.
 
-Each partition is answered by its leader from the partition's producer state
+Each partition is answered by any broker hosting a replica, leader or follower, as Kafka (its
+admin client asks the leader unless told a broker id, as ``kafka-transactions find-hanging
+--broker-id`` does), from the partition's producer state
 (``ReplicaManager.producer_summaries``): producer id and epoch, last sequence and timestamp,
 the coordinator epoch of its last marker, and the first offset of its open transaction (-1 when
-none). A broker that does not lead the partition answers NOT_LEADER_OR_FOLLOWER (clients ask
-the leader), an unknown partition UNKNOWN_TOPIC_OR_PARTITION, an offline replica
+none). A broker without a replica answers NOT_LEADER_OR_FOLLOWER, an unknown partition
+UNKNOWN_TOPIC_OR_PARTITION, an offline replica
 KAFKA_STORAGE_ERROR; each with an ``error_message``. As Kafka, the topic needs READ
 (handlers/authz.py): a refused topic's partitions answer TOPIC_AUTHORIZATION_FAILED and are not
 looked at. Event loop only.
