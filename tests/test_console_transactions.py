@@ -218,15 +218,15 @@ def test_describe_producers_collects_refused_partitions(cluster: DevCluster) -> 
     ``refused``, is reported there while the others are answered (the console lists what it
     may see: a logged-in user without READ on some topics)."""
     topic = _topic(cluster, "txn-refused")
-    host, port = cluster.bootstrap_servers.split(",")[0].rsplit(":", 1)
     with Admin(cluster.bootstrap_servers) as admin:
         keys = [(topic, 0), (topic, 7)]
-        deadline = time.monotonic() + 10
+        broker = admin.describe_topic(topic).partitions[0].leader  # asked for both
         with pytest.raises(BrokerError) as raised:
-            txns._describe_on(admin, host, int(port), keys, deadline, "describe", None)
+            txns.describe_producers(admin, keys, broker_id=broker, timeout=10)
         assert raised.value.code == ErrorCode.unknown_topic_or_partition
         refused: dict[tuple[str, int], BrokerError] = {}
-        found = txns._describe_on(admin, host, int(port), keys, deadline, "describe", refused)
+        found = txns.describe_producers(admin, keys, broker_id=broker, timeout=10,
+                                        refused=refused)
         assert found == {(topic, 0): []}
         assert list(refused) == [(topic, 7)]
         assert "UNKNOWN_TOPIC_OR_PARTITION" in str(refused[(topic, 7)])

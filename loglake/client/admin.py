@@ -750,6 +750,22 @@ class Admin:
         return self._controller_request(operation, api_key, version, body,
                                         self._limit(timeout))
 
+    def broker_request(self, broker_id: int, api_key: int, version: int, body: dict[str, Any],
+                       *, operation: str, timeout: float | None = None) -> Any:
+        """Send one raw request to broker ``broker_id`` (its address from the cluster
+        metadata), e.g. a partition leader, and return the decoded response; the caller checks
+        its error codes. A broker the metadata does not list: ClientError
+        (BROKER_NOT_AVAILABLE)."""
+        limit = self._limit(timeout)
+        deadline = time.monotonic() + limit
+        node = self._metadata(operation, limit).brokers.get(broker_id)
+        if node is None or node.host is None:
+            raise ClientError(f"{operation}: broker {broker_id} is not in the cluster metadata",
+                              code=ErrorCode.broker_not_available)
+        return _wire.request(node.host, node.port, api_key, version, body,
+                             timeout=_left(deadline), client_id=self._client_id,
+                             security=self.security, operation=operation)
+
     def _controller_request(self, operation: str, api_key: int, version: int,
                             body: dict[str, Any], limit: float) -> Any:
         """Send one raw request to the controller Metadata names (any broker when it names
