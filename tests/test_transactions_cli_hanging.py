@@ -178,8 +178,9 @@ def test_abort_by_producer_id_and_epochs(pair: DevCluster) -> None:
 
 def test_a_live_transaction_is_open_but_not_hanging(pair: DevCluster) -> None:
     topic = _topic(pair, "live")
+    transactional_id = f"live-{uuid.uuid4().hex[:8]}"
     producer = Producer({"bootstrap.servers": pair.bootstrap_servers,
-                         "transactional.id": f"live-{uuid.uuid4().hex[:8]}",
+                         "transactional.id": transactional_id,
                          "transaction.timeout.ms": 60000})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -194,6 +195,10 @@ def test_a_live_transaction_is_open_but_not_hanging(pair: DevCluster) -> None:
                          "0")
         assert found.returncode == 0, found.stderr
         assert _rows(found.stdout) == []  # its coordinator names the partition
+        # Kafka's spelling of describe's argument
+        described = _loglake(pair, "describe", "--transactional-id", transactional_id)
+        assert described.returncode == 0, described.stderr
+        assert "\tOngoing\t" in described.stdout and f"{topic}-0" in described.stdout
     finally:
         producer.abort_transaction(30)
 
@@ -223,6 +228,8 @@ def test_a_live_transaction_is_open_but_not_hanging(pair: DevCluster) -> None:
     (("abort", "--partition", "0", "--start-offset", "0"), 2, "--topic"),
     (("describe-producers", "--topic", "no-such-topic-txncli", "--partition", "0"), 1,
      "UNKNOWN_TOPIC_OR_PARTITION"),
+    (("describe",), 1, "the transactional id is required"),
+    (("describe", "a", "--transactional-id", "b"), 1, "give the transactional id once"),
 ])
 def test_bad_input_is_one_line(pair: DevCluster, args: tuple[str, ...], status: int,
                                message: str) -> None:
