@@ -6,6 +6,12 @@ another topic is refused with TOPIC_AUTHORIZATION_FAILED (403) while the admin's
 ACL and quota changes go through the brokers' APIs as the user (alice: 403
 CLUSTER_AUTHORIZATION_FAILED; the admin: applied); the quota form sets and removes a quota.
 
+What the console gathers as its own account is filtered for alice as her ACLs would: the groups
+list and a group's page (her ListGroups/DescribeGroups/OffsetFetch; another topic in her
+group's assignment left out), the lag charts (403 GROUP_AUTHORIZATION_FAILED for a group she
+may not describe, no line of a topic she may not describe), the overview's counts, the jobs'
+runs and the tiering chart.
+
 Also the groups page after a broker is SIGKILLed (plain cluster, no login): the groups of the
 brokers that answer are listed, with a line saying a broker did not answer, instead of a
 502 for the whole page.
@@ -13,6 +19,8 @@ brokers that answer are listed, with a line saying a broker did not answer, inst
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import ssl
 import uuid
 from collections.abc import Iterator
@@ -25,9 +33,12 @@ from kazoo.client import KazooClient
 from loglake.broker.security.scram_credentials import store_user_credential
 from loglake.catalog.acls import AclStore
 from loglake.catalog.entity_configs import EntityConfigStore
-from loglake.client import Admin, SecurityConfig
+from loglake.catalog.job_runs import JobRun, JobRunStore
+from loglake.client import Admin, Consumer, GroupDescription, GroupMember, SecurityConfig
 from loglake.client.security import read_properties
 from loglake.console.admin_requests import describe_quotas
+from loglake.console.groups import hide_topics, visible_lag_key
+from loglake.console.jobs import visible_runs
 from loglake.dev import secure
 from loglake.dev.harness import DevCluster, wait_until
 from tests.browser_util import ConsoleProcess
@@ -229,6 +240,119 @@ def test_quota_form(console: Console) -> None:
         assert quotas() == {}
 
 
+# ---- data gathered as the console's own account, shown to alice ------------------------------
+
+def _alice_may_describe_groups(console: Console, prefix: str) -> None:
+    zk = _zk(console.dev)
+    try:
+        for operation in ("Describe", "Read"):
+            AclStore(zk).add("Group", prefix, principal=f"User:{ALICE}", operation=operation,
+                             pattern_type="PREFIXED")
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _labels(http: httpx.Client, path: str) -> set[str]:
+    got = http.get(path)
+    assert got.status_code == 200, (path, got.text)
+    return {dataset["label"] for dataset in got.json()["datasets"]}
+
+
+def test_groups_and_lag_charts_show_alice_only_what_she_may_describe(
+        console: Console) -> None:
+    tag = uuid.uuid4().hex[:8]
+    mine, other = f"alice-{tag}", f"other-{tag}"
+    shared_group, other_group = f"alice-g-{tag}", f"other-g-{tag}"
+    _create(console, mine)
+    _create(console, other)
+    _alice_may_describe_groups(console, f"alice-g-{tag}")
+    with Admin(console.dev.bootstrap_servers, security=console.security, timeout=20) as admin:
+        admin.alter_group_offsets(other_group, {(other, 0): 0})
+    # a member of alice's group (the admin's consumer) reading both topics
+    member = Consumer(console.dev.bootstrap_servers, group_id=shared_group,
+                      security=console.security, session_timeout_ms=30000)
+    try:
+        member.subscribe([mine, other])
+        wait_until(lambda: member.poll(0.5) is None and len(member.assignment()) == 2, 60,
+                   "the member was not assigned both topics")
+        member.commit(offsets={(mine, 0): 0, (other, 0): 0})
+        with console.admin() as http:  # the sampler (the console's account) saw both
+            wait_until(lambda: _labels(http, f"/charts/group/{shared_group}")
+                       >= {f"{mine}[0]", f"{other}[0]"}, 60, "no lag sampled")
+            wait_until(lambda: _labels(http, f"/charts/group/{other_group}"), 60,
+                       "no lag sampled for the other group")
+            assert other in http.get(f"/fragments/group/{shared_group}").text
+        with console.alice() as http:
+            wait_until(lambda: shared_group in http.get("/fragments/groups").text, 30,
+                       "alice's ListGroups does not list her group after the ACL")
+            for path in ("/groups", "/fragments/groups"):
+                listing = http.get(path)
+                assert listing.status_code == 200 and other_group not in listing.text, path
+            assert _labels(http, f"/charts/group/{shared_group}") == {f"{mine}[0]"}
+            refused = http.get(f"/charts/group/{other_group}")
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["error_code"] == "GROUP_AUTHORIZATION_FAILED"
+            for path in (f"/groups/{shared_group}", f"/fragments/group/{shared_group}"):
+                page = http.get(path)
+                assert page.status_code == 200, (path, page.text)
+                assert mine in page.text and other not in page.text, path
+            hidden = http.get(f"/groups/{other_group}")
+            assert hidden.status_code == 403 and "GROUP_AUTHORIZATION_FAILED" in hidden.text
+    finally:
+        member.close()
+
+
+def _topics_card(text: str) -> int:
+    found = re.search(r'Topics</div><div class="value">(\d+)<', text)
+    assert found, text
+    return int(found.group(1))
+
+
+def test_overview_jobs_and_tiering_chart_show_alice_only_her_topics(console: Console) -> None:
+    tag = uuid.uuid4().hex[:8]
+    mine, other = f"alice-{tag}", f"other-{tag}"
+    _create(console, mine)
+    _create(console, other)
+    zk = _zk(console.dev)
+    try:  # runs as the clean-up jobs record them
+        store = JobRunStore(zk)
+        ours = {}
+        for key, job, topics in (("mine", "retention", [mine]), ("other", "retention", [other]),
+                                 ("all", "optimize", [])):
+            ours[key] = store.record_start(job, topics)
+            store.record_end(ours[key], "success", {"rows_rewritten": 1})
+    finally:
+        zk.stop()
+        zk.close()
+    alice_security = SecurityConfig.load(str(console.dev.client_properties))
+    alice_security = dataclasses.replace(alice_security, sasl_mechanism="SCRAM-SHA-256",
+                                         sasl_username=ALICE, sasl_password=ALICE_PASSWORD)
+    with Admin(console.dev.bootstrap_servers, security=alice_security, timeout=20) as admin:
+        alice_topics = len(admin.list_topics())
+    with Admin(console.dev.bootstrap_servers, security=console.security, timeout=20) as admin:
+        all_topics = len(admin.list_topics())
+    assert alice_topics < all_topics
+    with console.admin() as http:
+        jobs = http.get("/fragments/jobs").text
+        assert all(f'data-run="{run}"' in jobs for run in ours.values()), jobs
+        assert _topics_card(http.get("/overview/live").text) >= all_topics
+    with console.alice() as http:
+        jobs = http.get("/fragments/jobs").text
+        assert f'data-run="{ours["mine"]}"' in jobs
+        assert f'data-run="{ours["other"]}"' not in jobs  # a run over her topics only
+        assert f'data-run="{ours["all"]}"' not in jobs  # its numbers cover every topic
+        assert _topics_card(http.get("/overview/live").text) == alice_topics
+        assert other not in http.get("/tiering").text
+        assert not any(label.startswith("other-") for label in _labels(http, "/charts/tiering"))
+    with console.admin() as http:  # the sampler has tier lines (the admin sees them all)
+        wait_until(lambda: other in _labels(http, "/charts/tiering"), 60,
+                   "no tier lag sampled for the other topic")
+    with console.alice() as http:
+        labels = _labels(http, "/charts/tiering")
+        assert mine in labels and other not in labels, labels
+
+
 # ---- the groups page while a broker is dead -------------------------------------------------
 
 @pytest.fixture
@@ -261,3 +385,22 @@ def test_groups_page_lists_what_live_brokers_answer(two_brokers: DevCluster,
         text = wait_until(partial, 60, "the groups page did not report the dead broker")
         shown = [g for g in groups if f'data-group="{g}"' in text]
         assert 0 < len(shown) < len(groups), text  # broker 1's groups, not broker 2's
+
+
+# ---- the filters alone (pure) ----------------------------------------------------------------
+
+def test_filters_of_what_a_user_may_see() -> None:
+    def run(topics: tuple[str, ...]) -> JobRun:
+        return JobRun(job="retention", run_id=f"retention/run-{len(topics)}", topics=topics,
+                      started_ms=0, ended_ms=1, outcome="success")
+
+    runs = [run(("a",)), run(("a", "b")), run(())]
+    assert visible_runs(runs, None, {"a", "b"}) == runs
+    assert visible_runs(runs, {"a"}, {"a", "b"}) == [runs[0]]
+    assert visible_runs(runs, {"a", "b"}, {"a", "b"}) == runs
+    member = GroupMember("m", "c", "h", None, (("a", 0), ("b", 1)))
+    group = GroupDescription("g", "Stable", "range", 1, (member,))
+    assert hide_topics(group, {"a"}).members[0].assignment == (("a", 0),)
+    assert visible_lag_key(("group", "g", "a", 0), {"a"})
+    assert not visible_lag_key(("group", "g", "b", 0), {"a"})
+    assert visible_lag_key(("group", "g", "b", 0), None)

@@ -22,7 +22,12 @@ and kept in ``app.state.console``; :func:`console` fetches it from a request. It
   sees and does; without a login (no ``--basic-auth``, background tasks) the console's own.
   Pages that read ZooKeeper directly filter topics by ``visible_topics()`` (what the user's
   Metadata lists) and refuse a hidden topic with :meth:`ConsoleContext.check_topic_visible`
-  (TOPIC_AUTHORIZATION_FAILED, as Kafka answers a topic one may not describe).
+  (TOPIC_AUTHORIZATION_FAILED, as Kafka answers a topic one may not describe); data the
+  console's own account gathered (the lag sampler) is shown per group only when the user's
+  DescribeGroups allows the group (:meth:`ConsoleContext.check_group_visible`,
+  GROUP_AUTHORIZATION_FAILED) and per topic only for visible topics. Pages ask the brokers
+  afresh; the chart endpoints, polled every few seconds, reuse the user's answers for
+  :data:`CHART_ANSWER_MAX_AGE_S`.
 * ``templates`` — the Jinja2 environment of ``templates/``.
 * ``extras`` — a dict for the parts of the console that keep state (the lag sampler stores
   itself here); ``on_start`` / ``on_stop`` callbacks run in the application's lifespan (the
@@ -44,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import html
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +74,8 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 
 SDK_TIMEOUT_S = 10.0
 """Bound of every SDK call the console makes (a page never hangs longer on a dead cluster)."""
+CHART_ANSWER_MAX_AGE_S = 5.0
+"""How old a user's Metadata / DescribeGroups answer the chart endpoints may reuse."""
 
 Hook = Callable[["ConsoleContext"], Awaitable[None]]
 
@@ -110,12 +118,50 @@ class ConsoleContext:
         security = user_security(self.security, login)
         return self.users.entry(login, security, self._bootstrap_for(security))
 
-    def visible_topics(self) -> set[str] | None:
+    def visible_topics(self, *, max_age_s: float = 0.0) -> set[str] | None:
         """The topics the logged-in user's Metadata lists (blocking); None without a login
-        (everything is shown)."""
-        if current_login() is None:
+        (everything is shown). ``max_age_s`` > 0 accepts the user's answer of that many
+        seconds ago (the polled chart endpoints); pages ask afresh."""
+        login = current_login()
+        if login is None:
             return None
-        return set(self.admin().list_topics())
+        entry = self._user_entry(login)
+        now = time.monotonic()
+        with entry.lock:
+            known = entry.topics
+        if known is not None and max_age_s > 0 and now - known[0] <= max_age_s:
+            return set(known[1])
+        topics = frozenset(entry.admin.list_topics())
+        with entry.lock:
+            entry.topics = (now, topics)
+        return set(topics)
+
+    def check_group_visible(self, group_id: str, *, max_age_s: float = 0.0) -> None:
+        """Raise GROUP_AUTHORIZATION_FAILED when a logged-in user's DescribeGroups refuses
+        ``group_id`` (blocking; nothing without a login). ``max_age_s`` as
+        :meth:`visible_topics`."""
+        login = current_login()
+        if login is None:
+            return
+        entry = self._user_entry(login)
+        now = time.monotonic()
+        with entry.lock:
+            known = entry.groups.get(group_id)
+        if known is not None and max_age_s > 0 and now - known[0] <= max_age_s:
+            allowed = known[1]
+        else:
+            try:
+                entry.admin.describe_group(group_id)
+                allowed = True
+            except LoglakeError as exc:
+                if exc.code != ErrorCode.group_authorization_failed:
+                    raise
+                allowed = False
+            entry.remember_group(group_id, now, allowed)
+        if not allowed:
+            raise LoglakeError(
+                f"User:{login.user} may not describe group {group_id!r} "
+                "(GROUP_AUTHORIZATION_FAILED)", code=ErrorCode.group_authorization_failed)
 
     def check_topic_visible(self, name: str) -> None:
         """Raise TOPIC_AUTHORIZATION_FAILED when a logged-in user's Metadata does not list

@@ -8,7 +8,15 @@ Routes (a group id may contain ``/``, so the id is always the last part of the p
   :data:`MAX_DESCRIBED` groups) and total lag (the sampler's latest tick).
 * ``GET /groups/{group}`` (page), ``GET /fragments/group/{group}`` (members and partitions,
   polled), ``GET /charts/group/{group}`` (the chart's data, JSON: Chart.js ``labels`` and
-  ``datasets`` from the sampler, no cluster call).
+  ``datasets`` from the sampler; no cluster call without a login).
+
+With a login the brokers' ACLs decide, as for ``kafka-consumer-groups`` run as the user: the
+list is the user's ListGroups (groups they may describe), a group's page their DescribeGroups
+and OffsetFetch (403 GROUP_AUTHORIZATION_FAILED for a group they may not describe), with
+assignments, offsets and lag of topics their Metadata does not list left out. The sampler runs
+as the console's own account, so the lag it gathered is filtered the same way before it is
+shown: the list's totals and the chart count only visible topics, and the chart answers 403
+(JSON ``{"error", "error_code"}``) for a group the user's DescribeGroups refuses.
 * ``POST /actions/reset-offsets/{group}``: form fields ``topic``, ``partitions`` (optional,
   ``0,2,5``), ``to`` (``earliest`` | ``latest`` | ``offset`` | ``datetime``), ``offset``,
   ``datetime`` (ISO 8601; no zone means UTC) and ``action`` (``preview``: a dry run; ``apply``). As
@@ -30,6 +38,7 @@ Threads: the data functions block (SDK calls) and run in worker threads via ``bl
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +52,7 @@ from starlette.routing import BaseRoute, Route
 from loglake.client import Admin, BrokerError, GroupDescription
 from loglake.console.cluster_data import valid_topic_name
 from loglake.console.context import (
+    CHART_ANSWER_MAX_AGE_S,
     ConsoleContext,
     blocking,
     console,
@@ -51,6 +61,7 @@ from loglake.console.context import (
     int_param,
     is_fragment,
     render,
+    status_for,
 )
 from loglake.console.sampler import Key, chart, sampler_of
 from loglake.errors import LoglakeError
@@ -212,6 +223,10 @@ def group_view(ctx: ConsoleContext, group_id: str) -> GroupView:
     committed = admin.group_offsets(group_id)
     if group.state == "Dead" and not group.members and not committed:
         raise _group_missing(group_id)
+    visible = ctx.visible_topics()
+    if visible is not None:  # a logged-in user: nothing of topics they may not describe
+        group = hide_topics(group, visible)
+        committed = {tp: o for tp, o in committed.items() if tp[0] in visible}
     owners = {tp: m for m in group.members for tp in m.assignment}
     topics = sorted({t for t, _ in committed} | {t for t, _ in owners})
     rows: list[PartitionLag] = []
@@ -233,6 +248,20 @@ def group_view(ctx: ConsoleContext, group_id: str) -> GroupView:
     return GroupView(group, rows, missing)
 
 
+def hide_topics(group: GroupDescription, visible: set[str]) -> GroupDescription:
+    """``group`` with its members' assignments limited to ``visible`` topics (pure)."""
+    members = tuple(dataclasses.replace(
+        m, assignment=tuple(tp for tp in m.assignment if tp[0] in visible))
+        for m in group.members)
+    return dataclasses.replace(group, members=members)
+
+
+def visible_lag_key(key: Key, visible: set[str] | None) -> bool:
+    """Whether a sampler key ``("group", group, topic, partition)`` may be shown to a user
+    seeing ``visible`` topics (None: everything)."""
+    return visible is None or (len(key) == 4 and str(key[2]) in visible)
+
+
 def group_rows(ctx: ConsoleContext) -> list[GroupRow]:
     """Every group with its state, member count and sampled total lag (blocking)."""
     return group_list(ctx)[0]
@@ -241,7 +270,8 @@ def group_rows(ctx: ConsoleContext) -> list[GroupRow]:
 def group_list(ctx: ConsoleContext) -> tuple[list[GroupRow], list[str]]:
     """The groups of the brokers that answered ListGroups within :data:`LIST_TIMEOUT_S`
     (as :func:`group_rows`) and one message per broker that did not (blocking): a killed
-    broker costs its groups, not the page."""
+    broker costs its groups, not the page. A logged-in user's ListGroups lists only the
+    groups they may describe (the brokers filter it)."""
     admin = ctx.admin()
     listed, failures = admin.list_groups_partial(timeout=LIST_TIMEOUT_S)
     errors = [str(error) for error in failures]
@@ -332,24 +362,34 @@ def _group_id(request: Request) -> str:
     return check_group_id(str(request.path_params["group"]))
 
 
+def _list_with_visibility(ctx: ConsoleContext
+                          ) -> tuple[list[GroupRow], list[str], set[str] | None]:
+    rows, errors = group_list(ctx)
+    return rows, errors, ctx.visible_topics()
+
+
 async def list_page(request: Request) -> Response:
-    rows, errors = await blocking(group_list, console(request))
-    return render(request, "groups_list.html", rows=_with_lag(request, rows), errors=errors)
-
-
-async def list_live(request: Request) -> Response:
-    rows, errors = await blocking(group_list, console(request))
-    return render(request, "groups_list_live.html", rows=_with_lag(request, rows),
+    rows, errors, visible = await blocking(_list_with_visibility, console(request))
+    return render(request, "groups_list.html", rows=_with_lag(request, rows, visible),
                   errors=errors)
 
 
-def _with_lag(request: Request, rows: list[GroupRow]) -> list[GroupRow]:
+async def list_live(request: Request) -> Response:
+    rows, errors, visible = await blocking(_list_with_visibility, console(request))
+    return render(request, "groups_list_live.html", rows=_with_lag(request, rows, visible),
+                  errors=errors)
+
+
+def _with_lag(request: Request, rows: list[GroupRow],
+              visible: set[str] | None) -> list[GroupRow]:
+    """``rows`` with the sampler's latest total lag per group, summed over the ``visible``
+    topics only (the sampler runs as the console's own account)."""
     tick = sampler_of(console(request)).store.latest_tick()
     if tick is None:
         return rows
     totals: dict[str, float] = {}
     for key, value in tick.values.items():
-        if key[0] == "group":
+        if key[0] == "group" and visible_lag_key(key, visible):
             totals[str(key[1])] = totals.get(str(key[1]), 0.0) + value
     return [GroupRow(r.group_id, r.state, r.members, totals.get(r.group_id)) for r in rows]
 
@@ -366,17 +406,36 @@ async def group_live(request: Request) -> Response:
     return render(request, "groups_group_live.html", group_id=group_id, view=view)
 
 
-def _partition_label(group_id: str) -> Any:
+def _partition_label(group_id: str, visible: set[str] | None = None) -> Any:
     def label(key: Key) -> str | None:
-        if len(key) == 4 and key[0] == "group" and key[1] == group_id:
+        if len(key) == 4 and key[0] == "group" and key[1] == group_id \
+                and visible_lag_key(key, visible):
             return f"{key[2]}[{key[3]}]"
         return None
     return label
 
 
+def chart_visibility(ctx: ConsoleContext, group_id: str) -> set[str] | None:
+    """For a logged-in user: the topics whose lag the chart may show, after their
+    DescribeGroups allowed the group (else GROUP_AUTHORIZATION_FAILED); None without a login.
+    Reuses the user's answers of the last seconds (the chart is polled). Blocking."""
+    ctx.check_group_visible(group_id, max_age_s=CHART_ANSWER_MAX_AGE_S)
+    return ctx.visible_topics(max_age_s=CHART_ANSWER_MAX_AGE_S)
+
+
 async def lag_json(request: Request) -> Response:
+    """The chart's data: the sampler (the console's own account) gathered it, so a logged-in
+    user gets it only for a group they may describe, only for topics they may describe."""
+    ctx = console(request)
     group_id = _group_id(request)
-    data = chart(sampler_of(console(request)).store, _partition_label(group_id))
+    visible = None
+    if ctx.login() is not None:
+        try:
+            visible = await blocking(chart_visibility, ctx, group_id)
+        except LoglakeError as exc:
+            return JSONResponse({"error": str(exc), "error_code": exc.code.name.upper()},
+                                status_code=status_for(exc))
+    data = chart(sampler_of(ctx).store, _partition_label(group_id, visible))
     return JSONResponse(data.to_json())
 
 

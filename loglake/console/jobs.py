@@ -11,6 +11,11 @@ outcome, rows rewritten, bytes reclaimed, files added/removed, the error of a fa
 every refresh), ``abandoned`` when the process died mid-run; and the next-due time that
 ``loglake jobs run --every`` records.
 
+With a login (``--basic-auth``) a user sees only the runs whose topics their Metadata lists
+(a run naming a topic they may not describe is left out whole: its numbers and error cover
+that topic; a run over every topic only when they see every topic); the jobs' names and due
+times are shown to everyone.
+
 Threads: :func:`snapshot` blocks (ZooKeeper reads) and runs in a worker thread.
 """
 
@@ -64,10 +69,26 @@ def summarize(runs: list[JobRun], next_due: dict[str, int]) -> list[JobSummary]:
     return out
 
 
+def visible_runs(runs: list[JobRun], visible: set[str] | None,
+                 all_topics: set[str]) -> list[JobRun]:
+    """The runs a user seeing ``visible`` topics (None: everything) may see (pure): those
+    whose named topics are all visible; a run over every topic (none named) only when every
+    topic of the cluster (``all_topics``) is visible, since its numbers cover them all."""
+    if visible is None:
+        return runs
+    return [r for r in runs
+            if (set(r.topics) <= visible if r.topics else all_topics <= visible)]
+
+
 def snapshot(ctx: ConsoleContext, job: str | None) -> JobsView:
-    """The runs and due times (blocking)."""
-    store = ctx.catalog().job_runs()
+    """The runs and due times (blocking); a logged-in user sees the runs of topics their
+    Metadata lists (:func:`visible_runs`)."""
+    catalog = ctx.catalog()
+    store = catalog.job_runs()
     runs = store.runs(job, limit=MAX_RUNS)
+    visible = ctx.visible_topics()
+    if visible is not None:
+        runs = visible_runs(runs, visible, set(catalog.topic_names()))
     due = store.next_due()
     if job is not None:
         due = {k: v for k, v in due.items() if k == job}

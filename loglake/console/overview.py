@@ -9,6 +9,10 @@ A broker that was seen registered, or that a topic's assignment names, but is no
 now, is listed as *not registered* (so a killed broker stays on the page, unhealthy, after its
 session expired).
 
+With a login (``--basic-auth``) the topic, partition, offline and under-replicated counts cover
+the topics the user's Metadata lists (the brokers and the controller are in everyone's
+Metadata, so they are listed for everyone).
+
 Threads: :func:`snapshot` blocks (ZooKeeper reads, one probe thread per broker) and runs in a
 worker thread; the set of brokers seen is kept in ``ctx.extras["overview.seen"]`` under the
 GIL (a dict replaced, never mutated while read).
@@ -106,6 +110,9 @@ def snapshot(ctx: ConsoleContext) -> Overview:
     registered = catalog.brokers()
     controller = catalog.controller_id()
     states = catalog.all_partition_states()
+    visible = ctx.visible_topics()
+    if visible is not None:  # a logged-in user counts the topics their Metadata lists
+        states = {key: value for key, value in states.items() if key[0] in visible}
     urls = catalog.metrics_urls()
     seen: dict[int, BrokerInfo] = dict(ctx.extras.get("overview.seen", {}))
     seen.update(registered)

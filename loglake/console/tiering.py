@@ -2,7 +2,9 @@
 
 Routes: ``GET /tiering`` (page), ``GET /fragments/tiering`` (its tables, polled every 2 s),
 ``GET /charts/tiering`` (the lag-seconds chart's data: one line per topic, the largest lag of
-its partitions, from the sampler; JSON in Chart.js's form; no cluster call).
+its partitions, from the sampler; JSON in Chart.js's form; no cluster call without a login).
+With a login, the tables and the chart show only the topics the user's Metadata lists (the
+sampler runs as the console's own account; its lines are filtered before they are sent).
 
 Where the numbers come from (:func:`snapshot`, blocking):
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +44,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from loglake.console.context import ConsoleContext, blocking, console, render
+from loglake.console.context import (
+    CHART_ANSWER_MAX_AGE_S,
+    ConsoleContext,
+    blocking,
+    console,
+    render,
+)
 from loglake.console.sampler import Key, chart, sampler_of
 
 SCRAPE_TIMEOUT_S = 2.0
@@ -284,12 +293,22 @@ async def live(request: Request) -> Response:
     return render(request, "tiering_live.html", view=view)
 
 
-def _topic_label(key: Key) -> str | None:
-    return str(key[1]) if len(key) == 2 and key[0] == "tier" else None
+def _topic_label(visible: set[str] | None) -> Callable[[Key], str | None]:
+    def label(key: Key) -> str | None:
+        if len(key) == 2 and key[0] == "tier" and (visible is None or str(key[1]) in visible):
+            return str(key[1])
+        return None
+    return label
 
 
 async def lag_json(request: Request) -> Response:
-    data = chart(sampler_of(console(request)).store, _topic_label)
+    """The chart's data from the sampler (the console's own account): a logged-in user gets
+    the lines of the topics their Metadata lists (an answer of the last seconds reused)."""
+    ctx = console(request)
+    visible = None
+    if ctx.login() is not None:
+        visible = await blocking(lambda: ctx.visible_topics(max_age_s=CHART_ANSWER_MAX_AGE_S))
+    data = chart(sampler_of(ctx).store, _topic_label(visible))
     return JSONResponse(data.to_json())
 
 

@@ -7,7 +7,9 @@ console's ``--command-config``: :func:`user_security`. So the brokers' ACLs deci
 user sees and may do.
 
 Cache: one :class:`UserEntry` (security settings, an :class:`~loglake.client.Admin`, a
-:class:`~loglake.client.Producer` made on first use) per (user, SHA-256 of the password), at
+:class:`~loglake.client.Producer` made on first use, and the user's latest Metadata topic list
+and DescribeGroups verdicts with their times, which the often-polled chart endpoints reuse for
+a few seconds) per (user, SHA-256 of the password), at
 most :data:`MAX_USERS`, least recently used evicted first; an entry unused for
 :data:`IDLE_S` seconds is dropped at the next lookup. Dropped entries' clients are closed
 (outside the lock). A changed password is a new key, the old entry ages out. :meth:`close`
@@ -33,6 +35,7 @@ from loglake.console.login import Login
 from loglake.errors import LoglakeError
 
 MAX_USERS = 32
+MAX_GROUP_ANSWERS = 256
 IDLE_S = 600.0
 CLOSE_TIMEOUT_S = 5.0
 
@@ -59,6 +62,19 @@ class UserEntry:
     producer: Producer | None = None
     last_used: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    topics: tuple[float, frozenset[str]] | None = None
+    """(monotonic time of the answer, the topics the user's Metadata listed)."""
+    groups: OrderedDict[str, tuple[float, bool]] = field(default_factory=OrderedDict)
+    """group id -> (monotonic time of the answer, whether DescribeGroups allowed it); at
+    most :data:`MAX_GROUP_ANSWERS`, oldest dropped first."""
+
+    def remember_group(self, group_id: str, at: float, allowed: bool) -> None:
+        """Keep the user's latest DescribeGroups verdict on ``group_id`` (bounded)."""
+        with self.lock:
+            self.groups[group_id] = (at, allowed)
+            self.groups.move_to_end(group_id)
+            while len(self.groups) > MAX_GROUP_ANSWERS:
+                self.groups.popitem(last=False)
 
     def close(self) -> None:
         """Close the clients (blocking; an undelivered produce is dropped)."""
