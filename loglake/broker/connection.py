@@ -6,7 +6,10 @@ Security (:class:`~loglake.broker.security.client_security.ClientSecurity`): on 
 SASL_SSL the connection is TLS (the server's certificate checked against the truststore, and
 its host name unless ``ssl.endpoint.identification.algorithm`` is empty); on SASL_* the
 connection authenticates right after connecting (SaslHandshake + SaslAuthenticate through
-``broker/security/sasl_client.py``) before any other request is sent.
+``broker/security/sasl_client.py``) before any other request is sent. KIP-368: when the
+server grants a limited session (``connections.max.reauth.ms``), the connection
+re-authenticates in place before the first request sent after 85-95 % of the lifetime (as
+Kafka's clients), so the other broker never closes it for an expired session.
 
 :class:`InterBrokerLink` is how a broker part (replica fetcher, marker sender) reaches another
 broker: the endpoint of ``inter.broker.listener.name`` in its registration, with that
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import io
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +48,8 @@ class BrokerConnection:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
+        self._reauthenticate_at: float | None = None
+        """Monotonic time from which the next request re-authenticates first (KIP-368)."""
 
     async def connect(self) -> None:
         """Connect (TLS handshake and SASL authentication included, per ``security``); raises
@@ -55,16 +61,28 @@ class BrokerConnection:
                                     server_hostname=self.host if context else None),
             self.timeout,
         )
-        mechanism = self.security.sasl_mechanism
-        if mechanism is not None:
-            from loglake.broker.security.sasl_client import sasl_client_authenticate
-            try:
-                await sasl_client_authenticate(self.request, mechanism,
-                                               self.security.sasl_username or "",
-                                               self.security.sasl_password or "")
-            except BaseException:
-                await self.close()
-                raise
+        self._reauthenticate_at = None
+        if self.security.sasl_mechanism is not None:
+            await self._authenticate()
+
+    async def _authenticate(self) -> None:
+        """SASL login (again, on a re-authentication); closes the connection on failure."""
+        from loglake.broker.security.sasl_client import (
+            reauthentication_delay_s,
+            sasl_client_authenticate,
+        )
+
+        assert self.security.sasl_mechanism is not None
+        started = time.monotonic()
+        try:
+            lifetime_ms = await sasl_client_authenticate(
+                self._exchange, self.security.sasl_mechanism,
+                self.security.sasl_username or "", self.security.sasl_password or "")
+        except BaseException:
+            await self.close()
+            raise
+        delay = reauthentication_delay_s(lifetime_ms)
+        self._reauthenticate_at = None if delay is None else started + delay
 
     @property
     def connected(self) -> bool:
@@ -76,11 +94,19 @@ class BrokerConnection:
             with contextlib.suppress(ConnectionError, OSError):
                 await self._writer.wait_closed()
         self._reader = self._writer = None
+        self._reauthenticate_at = None
 
     async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
         """Send one request and return the decoded response entity."""
         if self._reader is None or self._writer is None:
             await self.connect()
+        elif (self._reauthenticate_at is not None
+              and time.monotonic() >= self._reauthenticate_at):
+            await self._authenticate()
+        return await self._exchange(api_key, version, body)
+
+    async def _exchange(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
+        """One request and its response on the open connection (no login checks)."""
         assert self._reader is not None and self._writer is not None
         self._correlation_id += 1
         cls = request_class(api_key, version)

@@ -29,7 +29,12 @@ re-authenticate on the same connection (SaslHandshake + SaslAuthenticate again, 
 mechanism, same principal, else SASL_AUTHENTICATION_FAILED and the connection is closed).
 
 SCRAM credentials are read from ZooKeeper (``/config/users/<user>``) on the ZooKeeper
-executor at each login; nothing else blocks.
+executor at each login; nothing else blocks. The last credentials read of each user are kept
+(:class:`CredentialFallback`, bounded) and used only when ZooKeeper cannot be read (a
+reconnection, a session expiry, an outage): Kafka's brokers log users in from their in-memory
+credential cache then, so clients and the other brokers can still (re)connect and
+re-authenticate; a user seen as deleted or changed while ZooKeeper answers is forgotten or
+replaced at once.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -217,10 +223,45 @@ async def _evaluate(services: BrokerServices, exchange: PlainExchange | ScramExc
     return exchange.client_final(token)
 
 
+class CredentialFallback:
+    """The last SCRAM credentials read from ZooKeeper per user, for logins while ZooKeeper
+    cannot be read (see the module docstring). At most :attr:`limit` users (least recently
+    read dropped first). Event loop only."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self._users: OrderedDict[tuple[int, str], dict[str, ScramCredential]] = OrderedDict()
+
+    def remember(self, owner: object, user: str, found: dict[str, ScramCredential]) -> None:
+        key = (id(owner), user)
+        self._users.pop(key, None)
+        if found:
+            self._users[key] = found
+            while len(self._users) > self.limit:
+                self._users.popitem(last=False)
+
+    def recall(self, owner: object, user: str) -> dict[str, ScramCredential] | None:
+        return self._users.get((id(owner), user))
+
+
+_FALLBACK = CredentialFallback()
+
+
 async def _credential(services: BrokerServices, username: str,
                       mechanism: str) -> ScramCredential | None:
     catalog = services.zk.catalog
-    found = await services.zk.call(lambda: user_credentials(catalog.entity_configs(), username))
+    try:
+        found = await services.zk.call(
+            lambda: user_credentials(catalog.entity_configs(), username))
+    except LoglakeError:
+        cached = _FALLBACK.recall(catalog, username)
+        if cached is None:
+            raise
+        log.info("ZooKeeper unavailable: logging %s in with the credentials last read",
+                 username)
+        found = cached
+    else:
+        _FALLBACK.remember(catalog, username, found)
     return found.get(mechanism)
 
 
