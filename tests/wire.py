@@ -17,6 +17,9 @@ from loglake.broker.codec import build, request_class, response_class
 
 
 class WireClient:
+    client_id = "wire-test"
+    """The request header's client id (set per instance to act as another client)."""
+
     def __init__(self, host: str, port: int, *, timeout: float = 10.0) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.correlation_id = 0
@@ -41,7 +44,7 @@ class WireClient:
         self.correlation_id += 1
         buffer = io.BytesIO()
         header = {"request_api_key": api_key, "request_api_version": version,
-                  "correlation_id": self.correlation_id, "client_id": "wire-test"}
+                  "correlation_id": self.correlation_id, "client_id": self.client_id}
         entity_writer(header_cls)(buffer, build(header_cls, header))
         entity_writer(cls)(buffer, build(cls, body))
         payload = buffer.getvalue()

@@ -203,8 +203,10 @@ async def create_topics(services: BrokerServices, frame: RequestFrame) -> Any:
 
 
 async def delete_topics(services: BrokerServices, frame: RequestFrame) -> Any:
-    """DeleteTopics with Kafka's checks in Kafka's order (``handleDeleteTopicsRequest``): a topic
-    id no topic has answers UNKNOWN_TOPIC_ID; a topic named by id without DESCRIBE on it answers
+    """DeleteTopics with Kafka's checks in Kafka's order (``handleDeleteTopicsRequest``): an
+    entry (v6+) with both a name and an id, or neither, answers INVALID_REQUEST (Kafka 4.0's
+    ControllerApis, per entry); a topic id no topic has answers UNKNOWN_TOPIC_ID; a topic
+    named by id without DESCRIBE on it answers
     TOPIC_AUTHORIZATION_FAILED with its name left out; without DELETE on the topic
     TOPIC_AUTHORIZATION_FAILED; then UNKNOWN_TOPIC_OR_PARTITION for a topic that does not
     exist."""
@@ -224,9 +226,17 @@ async def delete_topics(services: BrokerServices, frame: RequestFrame) -> Any:
                                         ResourceType.TOPIC, named)
     quota = controller_mutation_quota(services.quotas, frame)
     results = []
-    for name, topic_id in resolved:
+    for (asked_name, asked_id), (name, topic_id) in zip(wanted, resolved, strict=True):
         result: dict[str, Any] = {"name": name, "topic_id": topic_id}
         results.append(result)
+        if asked_name is not None and asked_id not in (None, zero):  # v6+ (ControllerApis)
+            result.update(name=asked_name, error_code=ErrorCode.invalid_request,
+                          error_message="You may not specify both topic name and topic id.")
+            continue
+        if asked_name is None and asked_id in (None, zero):
+            result.update(error_code=ErrorCode.invalid_request,
+                          error_message="Neither topic name nor id were specified.")
+            continue
         if name is None:
             result.update(error_code=ErrorCode.unknown_topic_id,
                           error_message=f"Topic id {topic_id} does not exist.")

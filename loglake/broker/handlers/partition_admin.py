@@ -189,11 +189,15 @@ async def create_partitions(services: BrokerServices, frame: RequestFrame) -> An
     results = []
     quota = controller_mutation_quota(services.quotas, frame)
     added: dict[str, list[int]] = {}
+    duplicates_answered: set[str] = set()
     for topic in request.topics:
         result: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none,
                                   "error_message": None}
         try:
             if counts[topic.name] > 1:
+                if topic.name in duplicates_answered:
+                    continue  # Kafka answers a repeated topic once (its results are a map)
+                duplicates_answered.add(topic.name)
                 raise InvalidRequestError("Duplicate topic in request.")
             if topic.name not in alterable:
                 result.update(error_code=authz.TOPIC_AUTHORIZATION_FAILED,
