@@ -19,7 +19,8 @@ ZooKeeper read each; a user created meanwhile may log in once that passes). Wron
 known users are not cached. Each cache holds at most :data:`CACHE_SIZE` entries (expired ones
 are dropped first, then all).
 
-Failed logins (:class:`LoginLimiter`, used by the console's login): failures are counted per
+Failed logins (:class:`LoginLimiter`; :func:`check_login` is the whole check both web apps'
+middlewares run): failures are counted per
 client address and per user name over a sliding window; once an address (or a user name) has
 ``max_failures`` failures within ``window_s`` seconds, further attempts are refused before any
 ZooKeeper read or PBKDF2 (HTTP 429 with ``Retry-After``: the seconds until the oldest failure
@@ -45,9 +46,9 @@ import math
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from loglake.broker.security.scram_credentials import (
     EntityConfigs,
@@ -55,6 +56,7 @@ from loglake.broker.security.scram_credentials import (
     salted_password,
     user_credentials,
 )
+from loglake.errors import LoglakeError
 
 CACHE_TTL_S = 30.0
 CACHE_SIZE = 1024
@@ -295,3 +297,57 @@ class LoginLimiter:
 def retry_after_header(wait_s: float) -> str:
     """``Retry-After``'s value: whole seconds, at least 1."""
     return str(max(1, math.ceil(wait_s)))
+
+
+MechanismCheck = Callable[[str, str], "str | None"]
+"""(user, password) -> the SCRAM mechanism that matched, or None (refused); blocking."""
+
+
+@dataclass(frozen=True)
+class LoginOutcome:
+    """What :func:`check_login` decided for one HTTP request.
+
+    Exactly one holds: ``mechanism`` (accepted: ``credentials`` are the user and password),
+    ``retry_after_s`` (refused by the limiter: answer 429), ``unavailable`` (the check could
+    not run, e.g. ZooKeeper unreachable: answer 503 with it), or none of them (answer 401).
+    """
+
+    credentials: tuple[str, str] | None = None
+    mechanism: str | None = None
+    retry_after_s: float | None = None
+    unavailable: str | None = None
+
+
+async def check_login(scope: Mapping[str, Any], *, check: MechanismCheck,
+                      cached: MechanismCheck | None = None,
+                      limiter: LoginLimiter | None = None) -> LoginOutcome:
+    """Check the HTTP Basic credentials of the ASGI request ``scope`` (see the module).
+
+    ``cached`` (no I/O) is asked first; otherwise the limiter (per TCP peer address and user
+    name) is consulted and ``check`` runs in the thread pool. A :class:`LoglakeError` from
+    ``check`` (ZooKeeper unreachable) becomes ``unavailable`` and is not counted as a failure.
+    """
+    from starlette.concurrency import run_in_threadpool
+
+    headers = dict(scope.get("headers") or [])
+    credentials = basic_credentials(headers.get(b"authorization", b""))
+    if credentials is None:
+        return LoginOutcome()
+    mechanism = cached(*credentials) if cached is not None else None
+    if mechanism is not None:
+        return LoginOutcome(credentials, mechanism)
+    client = scope.get("client")
+    address = str(client[0]) if client else "-"
+    wait = None if limiter is None else limiter.acquire(address, credentials[0])
+    if wait is not None:
+        return LoginOutcome(credentials, retry_after_s=wait)
+    failed = False
+    try:
+        mechanism = await run_in_threadpool(check, *credentials)
+        failed = mechanism is None
+    except LoglakeError as exc:
+        return LoginOutcome(credentials, unavailable=str(exc))
+    finally:
+        if limiter is not None:
+            limiter.release(address, credentials[0], failed=failed)
+    return LoginOutcome(credentials, mechanism)

@@ -355,6 +355,16 @@ def test_basic_auth_and_https(dev: DevCluster, tmp_path: Path) -> None:
             ok = httpx.get(secured.url + "/subjects", auth=("alice", "alice-secret"),
                            verify=verify, timeout=30)
             assert ok.status_code == 200, ok.text
+        # failed logins are limited per address (10 within a minute, the two above count):
+        # then 429 with Retry-After before any check; alice's accepted login still passes
+        statuses = [httpx.get(secured.url + "/subjects", auth=("alice", f"guess-{i}"),
+                              verify=verify, timeout=30) for i in range(9)]
+        assert [r.status_code for r in statuses[:8]] == [401] * 8
+        assert error_of(statuses[8]) == (429, 429)
+        assert int(statuses[8].headers["retry-after"]) >= 1
+        ok = httpx.get(secured.url + "/subjects", auth=("alice", "alice-secret"),
+                       verify=verify, timeout=30)
+        assert ok.status_code == 200, ok.text
         with pytest.raises(httpx.HTTPError):  # the server's certificate is not trusted
             httpx.get(secured.url + "/", timeout=10)
 

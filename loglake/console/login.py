@@ -27,23 +27,16 @@ from __future__ import annotations
 
 import contextvars
 import html
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from loglake.basic_auth import LoginLimiter, basic_credentials, retry_after_header
-from loglake.errors import LoglakeError
+from loglake.basic_auth import LoginLimiter, MechanismCheck, check_login, retry_after_header
 
 REALM = "loglake console"
 OPEN_PATHS = frozenset({"/healthz"})
 """Paths served without credentials (the liveness probe says nothing about the cluster)."""
-
-MechanismCheck = Callable[[str, str], "str | None"]
-"""(user, password) -> the SCRAM mechanism that matched, or None (refused); blocking."""
-
 
 @dataclass(frozen=True)
 class Login:
@@ -82,50 +75,29 @@ class LoginMiddleware:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        credentials = basic_credentials(headers.get(b"authorization", b""))
-        mechanism = None
-        if credentials is not None:
-            mechanism = self.cached(*credentials) if self.cached is not None else None
-            if mechanism is None:
-                address = _client_address(scope)
-                wait = None if self.limiter is None else self.limiter.acquire(
-                    address, credentials[0])
-                if wait is not None:
-                    response = HTMLResponse(
-                        '<div class="error" role="alert"><strong>429</strong> too many failed '
-                        "logins from this address or for this user: try again later</div>",
-                        status_code=429, headers={"Retry-After": retry_after_header(wait)})
-                    await response(scope, receive, send)
-                    return
-                failed = False
-                try:
-                    mechanism = await run_in_threadpool(self.check, *credentials)
-                    failed = mechanism is None
-                except LoglakeError as exc:  # ZooKeeper unreachable: cannot check now
-                    response = HTMLResponse(
-                        f'<div class="error" role="alert"><strong>503</strong> cannot check '
-                        f"the login now: {html.escape(str(exc))}</div>", status_code=503)
-                    await response(scope, receive, send)
-                    return
-                finally:
-                    if self.limiter is not None:
-                        self.limiter.release(address, credentials[0], failed=failed)
-        if credentials is None or mechanism is None:
+        outcome = await check_login(scope, check=self.check, cached=self.cached,
+                                    limiter=self.limiter)
+        if outcome.retry_after_s is not None:
+            response = HTMLResponse(
+                '<div class="error" role="alert"><strong>429</strong> too many failed '
+                "logins from this address or for this user: try again later</div>",
+                status_code=429, headers={"Retry-After": retry_after_header(
+                    outcome.retry_after_s)})
+        elif outcome.unavailable is not None:  # ZooKeeper unreachable: cannot check now
+            response = HTMLResponse(
+                f'<div class="error" role="alert"><strong>503</strong> cannot check '
+                f"the login now: {html.escape(outcome.unavailable)}</div>", status_code=503)
+        elif outcome.credentials is None or outcome.mechanism is None:
             response = HTMLResponse(
                 '<div class="error" role="alert"><strong>401</strong> log in with the name '
                 "and password of a SCRAM user of the cluster</div>", status_code=401,
                 headers={"WWW-Authenticate": f'Basic realm="{REALM}", charset="UTF-8"'})
-            await response(scope, receive, send)
+        else:
+            user, password = outcome.credentials
+            token = CURRENT_LOGIN.set(Login(user, password, outcome.mechanism))
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                CURRENT_LOGIN.reset(token)
             return
-        token = CURRENT_LOGIN.set(Login(credentials[0], credentials[1], mechanism))
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            CURRENT_LOGIN.reset(token)
-
-
-def _client_address(scope: Scope) -> str:
-    """The TCP peer's address ("-" when the server does not say)."""
-    client = scope.get("client")
-    return str(client[0]) if client else "-"
+        await response(scope, receive, send)

@@ -28,8 +28,10 @@ are read as JSON whatever their content type. Errors are ``{"error_code": N, "me
 with Confluent's codes (:mod:`loglake.registry.errors`); an unexpected failure answers 500
 with code 50001 and is logged, never a traceback on the wire.
 
-Authentication (optional): ``authenticate(user, password) -> bool`` checks HTTP Basic
-credentials on every request (401 with ``WWW-Authenticate: Basic`` otherwise).
+Authentication (optional): ``authenticate(user, password) -> mechanism | None`` checks HTTP
+Basic credentials on every request (401 with ``WWW-Authenticate: Basic`` otherwise); with a
+:class:`~loglake.basic_auth.LoginLimiter`, addresses and names with too many recent failures
+get 429 with ``Retry-After`` before any check (:func:`loglake.basic_auth.check_login`).
 
 Threads: handlers run on uvicorn's event loop and hand every service call (ZooKeeper round
 trips) to Starlette's thread pool, so the loop never blocks.
@@ -50,17 +52,22 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from loglake.basic_auth import basic_credentials
+from loglake.basic_auth import LoginLimiter, MechanismCheck, check_login, retry_after_header
 from loglake.catalog.zookeeper import ZooKeeperUnavailableError
 from loglake.errors import LoglakeError
-from loglake.registry.errors import BAD_REQUEST, STORE_ERROR, UNAUTHORIZED, RegistryError
+from loglake.registry.errors import (
+    BAD_REQUEST,
+    STORE_ERROR,
+    TOO_MANY_REQUESTS,
+    UNAUTHORIZED,
+    RegistryError,
+)
 from loglake.registry.service import RegistryService
 
 log = logging.getLogger(__name__)
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY_BYTES = 16 * 1024 * 1024
-Authenticator = Callable[[str, str], bool]
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -103,7 +110,8 @@ async def _body(request: Request) -> dict[str, Any]:
     return value
 
 
-def create_app(service: RegistryService, *, authenticate: Authenticator | None = None
+def create_app(service: RegistryService, *, authenticate: MechanismCheck | None = None,
+               cached: MechanismCheck | None = None, limiter: LoginLimiter | None = None
                ) -> Starlette:
     """The REST application over ``service`` (see the module docstring)."""
 
@@ -258,29 +266,42 @@ def create_app(service: RegistryService, *, authenticate: Authenticator | None =
         Exception: unexpected,
     })
     if authenticate is not None:
-        app.add_middleware(BasicAuthMiddleware, authenticate=authenticate)
+        app.add_middleware(BasicAuthMiddleware, check=authenticate, cached=cached,
+                           limiter=limiter)
     return app
 
 
 class BasicAuthMiddleware:
-    """Refuse (401) every HTTP request without HTTP Basic credentials ``authenticate``
-    accepts. The check runs in the thread pool (it may read ZooKeeper and hash)."""
+    """Refuse (401) every HTTP request without HTTP Basic credentials ``check`` accepts, and
+    (429, ``Retry-After``) logins from an address or for a user name with too many recent
+    failures (:func:`loglake.basic_auth.check_login`, the console's check too)."""
 
-    def __init__(self, app: ASGIApp, *, authenticate: Authenticator) -> None:
+    def __init__(self, app: ASGIApp, *, check: MechanismCheck,
+                 cached: MechanismCheck | None = None,
+                 limiter: LoginLimiter | None = None) -> None:
         self.app = app
-        self.authenticate = authenticate
+        self.check = check
+        self.cached = cached
+        self.limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        credentials = basic_credentials(headers.get(b"authorization", b""))
-        if credentials is not None and await run_in_threadpool(self.authenticate,
-                                                               *credentials):
+        outcome = await check_login(scope, check=self.check, cached=self.cached,
+                                    limiter=self.limiter)
+        if outcome.mechanism is not None:
             await self.app(scope, receive, send)
             return
-        response = _error(401, UNAUTHORIZED, "Unauthorized: give valid HTTP Basic credentials "
-                          "(a SCRAM user of the cluster)")
-        response.headers["WWW-Authenticate"] = 'Basic realm="loglake schema registry"'
+        if outcome.retry_after_s is not None:
+            response = _error(429, TOO_MANY_REQUESTS, "Too many failed logins from this "
+                              "address or for this user: try again later")
+            response.headers["Retry-After"] = retry_after_header(outcome.retry_after_s)
+        elif outcome.unavailable is not None:
+            response = _error(503, STORE_ERROR, f"Cannot check the login now: "
+                              f"{outcome.unavailable}")
+        else:
+            response = _error(401, UNAUTHORIZED, "Unauthorized: give valid HTTP Basic "
+                              "credentials (a SCRAM user of the cluster)")
+            response.headers["WWW-Authenticate"] = 'Basic realm="loglake schema registry"'
         await response(scope, receive, send)

@@ -8,7 +8,7 @@ chroot must hold a loglake cluster.
 
 Security: ``--certfile``/``--keyfile`` serve HTTPS (PEM; one file may hold both, as
 ``loglake dev up --security``'s ``broker.pem`` does); ``--basic-auth`` requires HTTP Basic
-credentials of a SCRAM user of the cluster (:mod:`loglake.registry.auth`).
+credentials of a SCRAM user of the cluster (:mod:`loglake.basic_auth`).
 
 Prints ``schema.registry.url=<URL>`` once it listens; serves until interrupted (SIGINT or
 SIGTERM end it cleanly).
@@ -46,11 +46,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_registry(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from loglake.basic_auth import LoginLimiter, ScramAuthenticator
     from loglake.catalog.entity_configs import EntityConfigStore
     from loglake.catalog.schemas import SchemaStore
     from loglake.catalog.zookeeper import ClusterCatalog
     from loglake.registry.app import create_app
-    from loglake.registry.auth import ScramAuthenticator
     from loglake.registry.service import COMPATIBILITY_LEVELS, RegistryService
 
     if not 0 <= args.port <= 65535:
@@ -66,13 +66,17 @@ def run_registry(args: argparse.Namespace) -> int:
     catalog.start()
     try:
         service = RegistryService(SchemaStore(catalog.zk), default_compatibility=level)
-        authenticate = ScramAuthenticator(EntityConfigStore(catalog.zk)) \
-            if args.basic_auth else None
-        app = create_app(service, authenticate=authenticate)
+        if args.basic_auth:
+            authenticator = ScramAuthenticator(EntityConfigStore(catalog.zk))
+            app = create_app(service, authenticate=authenticator.mechanism,
+                             cached=authenticator.cached, limiter=LoginLimiter())
+        else:
+            app = create_app(service)
         sock, where = http_socket(args.host, args.port)
         tls = {} if not args.certfile else {
             "ssl_certfile": args.certfile, "ssl_keyfile": args.keyfile or args.certfile}
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                proxy_headers=False,
                                 **tls)
         server = uvicorn.Server(config)
         scheme = "https" if args.certfile else "http"
