@@ -449,6 +449,50 @@ def test_quota_change_applies_to_connected_clients_on_every_broker(dev: DevClust
                        interval=0.5)
 
 
+def test_quota_change_during_zookeeper_session_expiry(dev: DevCluster) -> None:
+    """A quota set (through broker 1) while broker 3 is SIGSTOPped past its ZooKeeper session
+    timeout applies on broker 3 within QUOTA_BOUND_S of its resumption, and so does its
+    removal."""
+    admin = _admin(dev)
+    topic = _topic(dev, "quota-expiry")
+    _create_acls(admin, _alice_acls(topic))
+    wait_until(lambda: _isr_complete(admin, topic), 60, "every replica in the ISR")
+    partition = next(p for p, leader in _leaders(admin, topic).items() if leader == 3)
+    value = b"e" * 60_000
+
+    def throttled(connection: UserConnection) -> bool:
+        response = connection.call(PRODUCE, produce_request(topic, partition, [value], acks=1))
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+        return response.throttle_time.total_seconds() > 0
+
+    dev.pause_broker(3)
+    try:
+        _alter_quota(dev, "producer_byte_rate", 20_000.0)
+        wait_until(lambda: 3 not in _live_brokers(admin), 4 * SESSION_TIMEOUT_S,
+                   "broker 3's session expired (gone from /brokers/ids)")
+    finally:
+        dev.resume_broker(3)
+    try:
+        wait_until(lambda: 3 in _live_brokers(admin), 60, "broker 3 registered again")
+        if _leaders(admin, topic)[partition] != 3:
+            _elect_preferred(admin, topic)
+        with _connections(dev, [3]) as conns:
+            wait_until(lambda: throttled(conns[3]), QUOTA_BOUND_S, "broker 3 throttles alice",
+                       interval=0.2)
+    finally:
+        _alter_quota(dev, "producer_byte_rate", None)
+
+
+def _elect_preferred(admin: AdminClient, topic: str) -> None:
+    from confluent_kafka import ElectionType
+
+    wait_until(lambda: _isr_complete(admin, topic), 60, "every replica in the ISR")
+    admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, p) for p in range(3)]
+                        ).result(30)
+    wait_until(lambda: sorted(_leaders(admin, topic).values()) == [1, 2, 3], 60,
+               "preferred leaders back")
+
+
 # ---------------------------------------------- (1) idempotent producer + read_committed group
 
 @pytest.mark.slow
