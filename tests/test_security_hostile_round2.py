@@ -18,6 +18,14 @@ Clients pick their source address inside 127.0.0.0/8 to be another "IP".
   the client id: partition counts of 2^31-1, negative, zero, a replication factor of 32767,
   10 kB names, names with path separators; a CreateTopics frame with a null (size -1) name.
 - AlterClientQuotas with a 1 MB ip entity name and 2000 entries in one request.
+- Two fixes found here: CreatePartitions answers a topic named twice once (Kafka's results
+  are a map); DeleteTopics v6 entries with both a name and an id, or neither, are
+  INVALID_REQUEST.
+- The console with ``--basic-auth`` (a one-broker SASL_SSL cluster, plain HTTP): malformed,
+  non-UTF-8 and huge Authorization headers, hostile quota and abort forms and bodies, odd
+  schema subjects -- a 4xx with a message (or a close for a huge header), never a traceback.
+- CLI: ``loglake quotas alter --ip ...`` and ``loglake zookeeper-security-migration`` with bad
+  input print one ``loglake: error:`` line and exit non-zero.
 
 After every case a good client is served (:func:`_good_clients`): a SCRAM login + Metadata on
 the SASL listener and ApiVersions on the plaintext one, so one connection's garbage never costs
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import socket
 import struct
 import subprocess
@@ -396,6 +405,39 @@ def test_create_topics_null_name_frame(hostile: Hostile, mutation_quota: None) -
     _good_clients(hostile)
 
 
+def test_create_partitions_repeated_topic_answered_once(hostile: Hostile) -> None:
+    """Kafka answers a topic named twice in one CreatePartitions once (INVALID_REQUEST): its
+    results are a map by name (loglake answered each entry)."""
+    with WireClient("127.0.0.1", hostile.port, timeout=30) as wire:
+        for version in range(0, 4):
+            response = wire.request(CREATE_PARTITIONS, version, {"topics": [
+                {"name": "twice", "count": 3, "assignments": None},
+                {"name": "twice", "count": 4, "assignments": None}],
+                "timeout_ms": 10_000, "validate_only": False})
+            assert [(r.name, r.error_code) for r in response.results] == [
+                ("twice", ErrorCode.invalid_request)], (version, response)
+
+
+def test_delete_topics_v6_name_and_id_or_neither(hostile: Hostile) -> None:
+    """DeleteTopics v6: an entry with both a name and an id, or neither, is INVALID_REQUEST
+    (Kafka 4.0's ControllerApis; loglake answered UNKNOWN_TOPIC_ID and ignored the name); the
+    named topic is not deleted."""
+    topic = f"keep-{uuid.uuid4().hex[:6]}"
+    with WireClient("127.0.0.1", hostile.port, timeout=30) as wire:
+        created = wire.request(CREATE_TOPICS, 7, {"topics": [{
+            "name": topic, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+            "configs": []}], "timeout_ms": 10_000, "validate_only": False})
+        topic_id = created.topics[0].topic_id
+        response = wire.request(DELETE_TOPICS, 6, {"topics": [
+            {"name": topic, "topic_id": topic_id},
+            {"name": None, "topic_id": uuid.UUID(int=0)}], "timeout_ms": 10_000})
+        assert [r.error_code for r in response.responses] == [ErrorCode.invalid_request] * 2
+        assert topic in _topics(hostile)
+        by_id = wire.request(DELETE_TOPICS, 6, {"topics": [
+            {"name": None, "topic_id": topic_id}], "timeout_ms": 10_000})
+        assert [(r.name, r.error_code) for r in by_id.responses] == [(topic, ErrorCode.none)]
+
+
 # ------------------------------------------------------------- AlterClientQuotas, large
 
 def test_alter_client_quotas_oversized(hostile: Hostile) -> None:
@@ -618,3 +660,16 @@ def test_console_schemas_odd_subjects(logged_console: LoggedConsole, subject: st
             _no_traceback(got)
             assert "<script>alert(1)</script>" not in got.text
         assert http.get("/schemas").status_code == 200
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--zookeeper.acl", "bogus"], "secure or unsecure"),
+    (["--zookeeper.acl", "secure", "--max-znodes", "-5"], "--max-znodes"),
+    (["--zookeeper.acl", "secure", "--jaas-file", "/nonexistent/jaas.conf"], "JAAS"),
+    (["--zookeeper.acl", "secure", "--zookeeper.connect", "127.0.0.1:1"], ""),
+])
+def test_zookeeper_migration_cli_bad_input(args: list[str], needle: str) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("LOGLAKE_ZOOKEEPER")}
+    env["LOGLAKE_ZOOKEEPER"] = "127.0.0.1:1"
+    _one_error_line(_loglake("zookeeper-security-migration", *args, env=env), needle)
