@@ -628,3 +628,30 @@ def _read_all(dev: DevCluster, topic: str) -> list[bytes]:
         consumer.close()
 
 
+
+
+# ------------------------------------------------------------------------- in-process units
+
+def test_reauthentication_delay_is_within_kafkas_window() -> None:
+    from loglake.broker.security.sasl_client import reauthentication_delay_s
+
+    assert reauthentication_delay_s(0) is None
+    delays = [reauthentication_delay_s(10_000) for _ in range(200)]
+    assert all(d is not None and 8.5 <= d <= 9.5 for d in delays)
+
+
+def test_credential_fallback_is_bounded_and_forgets_deleted_users() -> None:
+    from loglake.broker.handlers.sasl import CredentialFallback
+    from loglake.broker.security.scram_credentials import ScramCredential
+
+    owner = object()
+    credential = ScramCredential(salt=b"s" * 16, stored_key=b"k", server_key=b"v",
+                                 iterations=4096)
+    fallback = CredentialFallback(limit=2)
+    for user in ("a", "b", "c"):
+        fallback.remember(owner, user, {"SCRAM-SHA-512": credential})
+    assert fallback.recall(owner, "a") is None  # the oldest dropped
+    assert fallback.recall(owner, "c") == {"SCRAM-SHA-512": credential}
+    fallback.remember(owner, "c", {})  # read again: deleted
+    assert fallback.recall(owner, "c") is None
+    assert fallback.recall(object(), "b") is None  # another broker's cache
