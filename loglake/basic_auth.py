@@ -351,3 +351,11 @@ async def check_login(scope: Mapping[str, Any], *, check: MechanismCheck,
         if limiter is not None:
             limiter.release(address, credentials[0], failed=failed)
     return LoginOutcome(credentials, mechanism)
+
+
+def warn_plaintext_login(service: str, *, tls: bool, basic_auth: bool) -> None:
+    """One stderr line when HTTP Basic logins are served without TLS (passwords in clear)."""
+    if basic_auth and not tls:
+        import sys
+        print(f"{service}: warning: --basic-auth without --certfile: passwords travel in "
+              "clear text over HTTP; give --certfile/--keyfile", file=sys.stderr, flush=True)

@@ -27,6 +27,7 @@ from kazoo.client import KazooClient
 from loglake.basic_auth import LoginLimiter, LoginLimits, ScramAuthenticator
 from loglake.broker.security.scram_credentials import store_user_credential
 from loglake.catalog.entity_configs import EntityConfigStore
+from loglake.dev.harness import wait_until
 from tests.browser_util import ConsoleProcess
 
 pytestmark = pytest.mark.timeout(180)
@@ -179,6 +180,9 @@ def console_url(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
         extra_args=("--basic-auth", "--max-login-failures", "3",
                     "--max-login-failures-per-user", "6"))
     with process:
+        # --basic-auth without --certfile: the operator is told passwords travel in clear
+        wait_until(lambda: "passwords travel in clear text" in process.log(), timeout=10.0,
+                   message=lambda: f"no plaintext-login warning:\n{process.log()}")
         yield process.url
 
 

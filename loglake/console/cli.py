@@ -30,6 +30,7 @@ from loglake.basic_auth import (
     MAX_FAILURES_PER_ADDRESS,
     MAX_FAILURES_PER_USER,
     LoginLimits,
+    warn_plaintext_login,
 )
 from loglake.client.security import add_command_config_option
 from loglake.listen import http_socket
@@ -103,6 +104,7 @@ def run_console(args: argparse.Namespace) -> int:
     scheme = "https" if args.certfile else "http"
     login = ", login: SCRAM users" if args.basic_auth else ""
     print(f"console: {scheme}://{where}/  (ZooKeeper {zookeeper}{login})", flush=True)
+    warn_plaintext_login("console", tls=bool(args.certfile), basic_auth=args.basic_auth)
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:

@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run_registry(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from loglake.basic_auth import LoginLimiter, ScramAuthenticator
+    from loglake.basic_auth import LoginLimiter, ScramAuthenticator, warn_plaintext_login
     from loglake.catalog.entity_configs import EntityConfigStore
     from loglake.catalog.schemas import SchemaStore
     from loglake.catalog.zookeeper import ClusterCatalog
@@ -82,6 +82,7 @@ def run_registry(args: argparse.Namespace) -> int:
         scheme = "https" if args.certfile else "http"
         print(f"schema.registry.url={scheme}://{where}  (ZooKeeper {zookeeper})",
               flush=True)
+        warn_plaintext_login("registry", tls=bool(args.certfile), basic_auth=args.basic_auth)
         try:
             asyncio.run(server.serve(sockets=[sock]))
         finally:
