@@ -208,11 +208,13 @@ def test_gate_before_authentication() -> None:
     assert not session.authenticated
     assert sasl_gate.admit(session, 18, 0.0, 50) is None   # ApiVersions
     assert sasl_gate.admit(session, 17, 0.0, 50) is None   # SaslHandshake
-    assert sasl_gate.admit(session, 36, 0.0, 50) is None   # SaslAuthenticate
+    # SaslAuthenticate before the handshake closes the connection, as Kafka's authenticator
+    assert sasl_gate.admit(session, 36, 0.0, 50) == "SaslAuthenticate before SaslHandshake"
     for api_key in (0, 1, 3, 19):                           # Produce, Fetch, Metadata, ...
         assert sasl_gate.admit(session, api_key, 0.0, 50) is not None
-    assert "sasl.server.max.receive.size" in (sasl_gate.admit(session, 36, 0.0, 524289) or "")
     sasl_gate.connection_state(session).stage = sasl_gate.AUTHENTICATE
+    assert sasl_gate.admit(session, 36, 0.0, 50) is None   # SaslAuthenticate after it
+    assert "sasl.server.max.receive.size" in (sasl_gate.admit(session, 36, 0.0, 524289) or "")
     assert sasl_gate.admit(session, 18, 0.0, 50) is not None  # no ApiVersions mid-exchange
 
 
