@@ -103,7 +103,7 @@ def test_scrape_parses_and_has_every_family(metrics_url: str) -> None:
         "kafka_network_requestmetrics_remotetimems_count",
         "kafka_network_requestmetrics_responsesendtimems_count",
         "loglake_event_loop_lag_seconds",
-        "loglake_event_loop_lag_histogram_seconds_count",
+        "loglake_event_loop_delay_seconds_count",
         "loglake_zookeeper_session_state",
         "loglake_zookeeper_request_seconds_count",
         "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds",

@@ -1,7 +1,7 @@
 """The broker process's own health: event-loop lag and the ZooKeeper session.
 
 * **Event-loop lag** (``loglake_event_loop_lag_seconds``, a gauge of the last measurement, and
-  ``loglake_event_loop_lag_histogram_seconds``): :meth:`EventLoopLag.run` sleeps
+  ``loglake_event_loop_delay_seconds``): :meth:`EventLoopLag.run` sleeps
   ``interval_s`` on the loop and measures how much later than asked it woke up; a handler
   that holds the loop for 300 ms shows as ~0.3 s.
 * **ZooKeeper session state** (``loglake_zookeeper_session_state{state}``: 1 for the current
@@ -35,8 +35,8 @@ class EventLoopLag:
         self.interval_s = interval_s
         self.last_s = 0.0
         self._histogram = LabelledHistogram(
-            "loglake_event_loop_lag_histogram_seconds",
-            "How late the event loop ran a timer (s).", [], SECONDS_BUCKETS)
+            "loglake_event_loop_delay_seconds",
+            "How late the event loop ran each timer (s).", [], SECONDS_BUCKETS)
         self._cells = self._histogram.cell(())
 
     async def run(self) -> None:
