@@ -1,7 +1,9 @@
 """ops/ against a REAL Prometheus (Debian's ``prometheus`` 2.42 package with ``promtool``;
 ``./run test`` installs it when it can, the tests skip with a reason when it is absent):
 
-1. ``promtool check rules`` / ``promtool check config`` accept ops/prometheus/*.yml;
+1. ``promtool check rules`` / ``promtool check config`` accept ops/prometheus/*.yml, and
+   ``promtool test rules`` passes ops/prometheus/loglake-alerts.test.yml (the key alerts with
+   the shipped thresholds and ``for:`` over synthetic series);
 2. ``promtool check metrics`` finds no naming problem in any exposition loglake serves — both
    brokers of a secured 2-broker cluster (SASL_SSL listeners, ACL authorizer, client quotas, a
    transaction, a tiered topic read back from its table, a consumer group, refused connections,
@@ -62,6 +64,7 @@ from tests.test_ops_dashboards import (
 )
 from tests.tiering_util import produce, wait_local_start, wait_tiered
 
+ALERT_TESTS = ALERTS.with_name("loglake-alerts.test.yml")
 needs_promtool = pytest.mark.skipif(
     promtool() is None, reason="no promtool on this machine (install Debian's prometheus "
     "package — ./run test does — or set LOGLAKE_PROMTOOL)")
@@ -101,6 +104,15 @@ def test_promtool_checks_rules_and_config() -> None:
     config = run_promtool("check", "config", str(SCRAPE_CONFIG))
     assert config.returncode == 0, config.stdout + config.stderr
     assert "SUCCESS" in config.stdout
+
+
+@needs_promtool
+def test_promtool_alert_unit_tests() -> None:
+    """ops/prometheus/loglake-alerts.test.yml: the shipped thresholds and ``for:`` of the key
+    alerts (broker down, under-replicated, no controller, consumer lag growing, tier lag)."""
+    result = run_promtool("test", "rules", str(ALERT_TESTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
 
 
 @needs_promtool
