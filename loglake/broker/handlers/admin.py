@@ -336,8 +336,11 @@ async def describe_configs(services: BrokerServices, frame: RequestFrame) -> Any
                     for key in keys if key in TOPIC_CONFIG_KEYS
                 ]
             elif resource.resource_type == RESOURCE_BROKER:
-                result["configs"] = _broker_configs(services, resource.configuration_keys) + \
-                    broker_configs.describe_dynamic(services, resource.configuration_keys)
+                default = not resource.resource_name  # the cluster default: its keys only
+                result["configs"] = ([] if default else _broker_configs(
+                    services, resource.configuration_keys, synonyms)) + \
+                    broker_configs.describe_dynamic(services, resource.configuration_keys,
+                                                    synonyms=synonyms, cluster_default=default)
             else:
                 raise InvalidRequestError(
                     f"Unsupported resource type {resource.resource_type}."
@@ -363,7 +366,9 @@ async def _current_topic_config(services: BrokerServices, name: str) -> TopicCon
         return cached if cached is not None else services.config.topic_config({})
 
 
-def _broker_configs(services: BrokerServices, keys: Any) -> list[dict[str, Any]]:
+def _broker_configs(services: BrokerServices, keys: Any,
+                    synonyms: bool = False) -> list[dict[str, Any]]:
+    """The static broker entries; asked for synonyms, each names its one source."""
     c = services.config
     values = {
         "broker.id": str(c.broker_id),
@@ -377,7 +382,8 @@ def _broker_configs(services: BrokerServices, keys: Any) -> list[dict[str, Any]]
     }
     return [
         {"name": k, "value": v, "read_only": True, "config_source": SOURCE_STATIC_BROKER,
-         "is_sensitive": False, "config_type": 2}
+         "is_sensitive": False, "config_type": 2,
+         "synonyms": [{"name": k, "value": v, "source": SOURCE_STATIC_BROKER}] if synonyms else []}
         for k, v in values.items() if not keys or k in keys
     ]
 

@@ -28,9 +28,14 @@
   ``BrokerConfig.topic_config``: unknown names and bad values answer INVALID_CONFIG), written to
   ``/config/topics/<topic>`` unless ``validate_only``. Request checks in Kafka's order
   (``ConfigAdminManager.preprocess``): a resource named twice, a key named twice or a null value
-  answer INVALID_REQUEST. Broker resources answer INVALID_REQUEST (broker configs here are
-  static, read from the properties file at start), as do other resource types. After those
-  checks a topic needs ALTER_CONFIGS on it, else TOPIC_AUTHORIZATION_FAILED.
+  answer INVALID_REQUEST. A BROKER resource (this broker's id or the cluster default: what
+  Kafka 3.9's ``kafka-configs --entity-type brokers --alter`` sends) needs ALTER_CONFIGS on the
+  cluster, else CLUSTER_AUTHORIZATION_FAILED, and replaces that entity's dynamic broker configs
+  (``broker_configs.broker_replacement``: only the dynamic keys, checked before authorization,
+  INVALID_REQUEST for others as Kafka's preprocess answers; the rest of a broker's configs
+  are static, read from its properties file at start); other
+  resource types answer INVALID_REQUEST. After those checks a topic needs ALTER_CONFIGS on
+  it, else TOPIC_AUTHORIZATION_FAILED.
 
 Handlers translate requests and responses only; runs on the event loop.
 """
@@ -46,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
-from loglake.broker.handlers import authz
+from loglake.broker.handlers import authz, broker_configs
 from loglake.broker.security.acl_model import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.errors import InvalidRequestError, LoglakeError, UnknownTopicError
 
@@ -181,6 +186,16 @@ async def alter_configs(services: BrokerServices, frame: RequestFrame) -> Any:
             if seen[(resource.resource_type, resource.resource_name)] > 1:
                 raise InvalidRequestError("Each resource must appear at most once.")
             overrides = _overrides(resource)
+            if resource.resource_type == RESOURCE_BROKER:
+                entity, replaced = broker_configs.broker_replacement(
+                    services, resource.resource_name, overrides)
+                if not authz.allowed(services, frame, AclOperation.ALTER_CONFIGS,
+                                     ResourceType.CLUSTER, CLUSTER_NAME):
+                    result["error_code"] = ErrorCode.cluster_authorization_failed
+                elif not request.validate_only:
+                    await broker_configs.replace_broker_configs(services, entity, replaced)
+                results.append(result)
+                continue
             if not authz.allowed(services, frame, AclOperation.ALTER_CONFIGS,
                                  ResourceType.TOPIC, resource.resource_name):
                 result["error_code"] = authz.TOPIC_AUTHORIZATION_FAILED
@@ -205,10 +220,10 @@ def _overrides(resource: Any) -> dict[str, str]:
     if resource.resource_type not in _KNOWN_RESOURCE_TYPES or (
             resource.resource_type == RESOURCE_BROKER_LOGGER):
         raise InvalidRequestError(f"Unknown resource type {resource.resource_type}")
-    if resource.resource_type != RESOURCE_TOPIC:
+    if resource.resource_type not in (RESOURCE_TOPIC, RESOURCE_BROKER):
         raise InvalidRequestError(
-            "Only topic configs can be altered (broker configs are static: set them in the "
-            "broker's properties file and restart it).")
+            "Only topic and dynamic broker configs can be altered (the other broker configs "
+            "are static: set them in the broker's properties file and restart it).")
     return {config.name: config.value for config in resource.configs}
 
 
