@@ -42,6 +42,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.cli import main as loglake_main
@@ -525,6 +526,15 @@ def test_prometheus_evaluates_every_rule_and_panel(prometheus: PrometheusServer,
                  if r["health"] != "ok"}
     assert not unhealthy, unhealthy
     assert sum(len(g["rules"]) for g in groups) == len(alert_rules())
+
+    # Prometheus dropped no sample of ours (duplicate series, out of order, out of bounds)
+    own = {s.name: s.value for f in text_string_to_metric_families(
+        httpx.get(f"{prometheus.url}/metrics", timeout=10).text) for s in f.samples}
+    dropped = {name: own.get(name) for name in (
+        "prometheus_target_scrapes_sample_duplicate_timestamp_total",
+        "prometheus_target_scrapes_sample_out_of_order_total",
+        "prometheus_target_scrapes_sample_out_of_bounds_total")}
+    assert dropped and all(value == 0 for value in dropped.values()), dropped
 
     # the key series
     def scalar(expr: str) -> float:
