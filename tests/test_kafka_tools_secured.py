@@ -252,6 +252,12 @@ def test_console_round_trip_as_a_non_super_user(secured: Secured) -> None:
     rows = [line.split() for line in described.splitlines() if line.startswith(group)]
     assert sorted((r[1], r[2]) for r in rows) == [(topic, "0"), (topic, "1")]
     assert sum(int(r[3]) for r in rows) == len(records) and all(r[5] == "0" for r in rows)
+    # READ on the group is not DELETE: Kafka's refusal, as kafka-consumer-groups prints it
+    refused = _groups(secured, config, "--delete", "--group", group)
+    assert (f"* Group '{group}' could not be deleted due to: java.util.concurrent."
+            "ExecutionException: org.apache.kafka.common.errors.GroupAuthorizationException: "
+            "Group authorization failed.") in refused.stdout + refused.stderr
+    assert group in _ok(_groups(secured, config, "--list")).split()
 
 
 def test_non_super_user_refusals_are_kafkas(secured: Secured) -> None:
@@ -454,6 +460,40 @@ def test_dynamic_broker_configs_through_kafka_configs(secured: Secured) -> None:
     finally:
         _configs(secured, admin, "--entity-type", "brokers", "--entity-default", "--alter",
                  "--delete-config", f"{rate},{follower}")
+
+
+def test_reassign_partitions_verify_clears_the_throttles(secured: Secured) -> None:
+    """kafka-reassign-partitions --execute --throttle sets the broker rates (incremental
+    alter), --verify of a finished plan deletes them together with
+    replica.alter.log.dirs.io.max.bytes.per.second, which loglake has no use for."""
+    admin = secured.admin_java
+    topic = _unique("reassign")
+    _ok(_topics(secured, admin, "--create", "--topic", topic, "--partitions", "1",
+                "--replication-factor", "1"))
+    plan = secured.work / f"{topic}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [1]}]}))
+
+    def reassign(*args: str) -> str:
+        return _ok(_tool(secured, "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+                         "--bootstrap-server", secured.bootstrap, "--command-config", str(admin),
+                         "--reassignment-json-file", str(plan), *args))
+
+    try:
+        started = reassign("--execute", "--throttle", "5000000")
+        assert "The inter-broker throttle limit was set to 5000000 B/s" in started
+        throttled = _ok(_configs(secured, admin, "--entity-type", "brokers", "--entity-name",
+                                 "1", "--describe"))
+        assert "  leader.replication.throttled.rate=5000000 sensitive=false" in throttled
+        verified = reassign("--verify")
+        assert f"Reassignment of partition {topic}-0 is completed." in verified
+        assert "Clearing broker-level throttles on broker 1" in verified
+        assert _ok(_configs(secured, admin, "--entity-type", "brokers", "--entity-name", "1",
+                            "--describe")).splitlines() == ["Dynamic configs for broker 1 are:"]
+    finally:
+        _configs(secured, admin, "--entity-type", "brokers", "--entity-name", "1", "--alter",
+                 "--delete-config", "leader.replication.throttled.rate,"
+                 "follower.replication.throttled.rate")
 
 
 # --------------------------------------------------------------------------- the other tools

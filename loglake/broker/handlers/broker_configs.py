@@ -8,6 +8,9 @@ DescribeConfigs on BROKER resources, as Kafka's ZooKeeper-mode brokers handle th
 * Only the keys in ``config.DYNAMIC_BROKER_CONFIG_KEYS`` may change; any other name answers
   INVALID_CONFIG. SET validates the value (a long >= 0), DELETE reverts to the next source
   (cluster default, then ``server.properties``); APPEND/SUBTRACT are refused (not lists).
+  DELETE of any other name is accepted and changes nothing, as in Kafka (whose
+  ``kafka-reassign-partitions --verify`` deletes ``replica.alter.log.dirs.io.max.bytes.per.
+  second`` with the two rates when it clears a finished reassignment's throttle).
   ``validate_only`` writes nothing. Every broker applies a change through its watch on the
   znode (DynamicBrokerConfig.apply_broker_configs); the receiving broker applies its own at once.
 * The legacy AlterConfigs on a BROKER resource (what Kafka 3.9's ``kafka-configs
@@ -62,14 +65,15 @@ async def alter_broker_configs(services: BrokerServices, resource_name: str, ope
     entity = entity_of(services, resource_name)
     current = dict(await services.zk.call(services.zk.catalog.broker_config, entity))
     for op in operations:
+        if op.config_operation == OP_DELETE:  # any name, as Kafka: absent keys change nothing
+            current.pop(op.name, None)
+            continue
         key = _dynamic_key(op.name)
         if op.config_operation == OP_SET:
             if op.value is None:
                 raise InvalidConfigError(f"Null value not supported for: {op.name}")
             key.parse(op.value)
             current[op.name] = str(op.value).strip()
-        elif op.config_operation == OP_DELETE:
-            current.pop(op.name, None)
         else:
             raise InvalidConfigError(
                 f"Config value append/subtract is not allowed for config key {op.name}.")
