@@ -14,8 +14,9 @@ tools' own output (kafka-acls --list equals ``loglake acls list``; kafka-configs
 the SCRAM mechanisms with their iterations and every quota entity loglake stores, as ``loglake
 quotas describe`` does), a console round trip as the non-super user, Kafka's error texts for what
 the non-super user may not do, dynamic broker configs through kafka-configs' legacy AlterConfigs,
-and a clean "does not support" error from the tools loglake has no API for (client metrics,
-delegation tokens). Skipped, saying why, only when the Kafka jars are not fetched.
+broker logger levels through kafka-configs, kafka-reassign-partitions' throttle set and
+cleared, and a clean "does not support" error from the tools loglake has no API for (client
+metrics, delegation tokens). Skipped, saying why, only when the Kafka jars are not fetched.
 """
 
 from __future__ import annotations
@@ -460,6 +461,50 @@ def test_dynamic_broker_configs_through_kafka_configs(secured: Secured) -> None:
     finally:
         _configs(secured, admin, "--entity-type", "brokers", "--entity-default", "--alter",
                  "--delete-config", f"{rate},{follower}")
+
+
+def test_broker_logger_levels_through_kafka_configs(secured: Secured) -> None:
+    """``kafka-configs --entity-type broker-loggers``: the broker's Python loggers with
+    log4j level names, set and unset at run time; Kafka's errors; the admin only."""
+    admin, logger = secured.admin_java, "loglake.broker.acceptor"
+
+    def levels(config: Path = admin) -> dict[str, str]:
+        text = _ok(_configs(secured, config, "--entity-type", "broker-loggers", "--entity-name",
+                            "1", "--describe"))
+        assert text.splitlines()[0] == "Dynamic configs for broker-logger 1 are:"
+        found = dict(re.findall(r"^  (\S+)=(\S+) sensitive=false synonyms=\{\}$", text,
+                                re.MULTILINE))
+        assert len(found) == len(text.splitlines()) - 1, text
+        return found
+
+    before = levels()
+    assert before["root"] in ("INFO", "WARN") and before[logger] == before["root"]
+    try:
+        done = _ok(_configs(secured, admin, "--entity-type", "broker-loggers", "--entity-name",
+                            "1", "--alter", "--add-config", f"{logger}=DEBUG"))
+        assert done.strip() == "Completed updating config for broker-logger 1."
+        assert levels()[logger] == "DEBUG"
+        bad = _configs(secured, admin, "--entity-type", "broker-loggers", "--entity-name", "1",
+                       "--alter", "--add-config", f"{logger}=LOUD")
+        assert bad.returncode == 1
+        assert (f"InvalidConfigurationException: Cannot set the log level of {logger} to LOUD "
+                "as it is not a supported log level.") in bad.stdout + bad.stderr
+        root = _configs(secured, admin, "--entity-type", "broker-loggers", "--entity-name", "1",
+                        "--alter", "--delete-config", "root")
+        assert ("InvalidRequestException: Removing the log level of the root logger is not "
+                "allowed") in root.stdout + root.stderr
+        _ok(_configs(secured, admin, "--entity-type", "broker-loggers", "--entity-name", "1",
+                     "--alter", "--delete-config", logger))
+        assert levels()[logger] == before["root"]
+        _, user_config = _new_user(secured, "loggers")
+        refused = _configs(secured, user_config, "--entity-type", "broker-loggers", "--entity-name",
+                           "1", "--describe")
+        assert refused.returncode == 1
+        assert "ClusterAuthorizationException: Cluster authorization failed." in \
+            refused.stdout + refused.stderr
+    finally:
+        _configs(secured, admin, "--entity-type", "broker-loggers", "--entity-name", "1",
+                 "--alter", "--delete-config", logger)
 
 
 def test_reassign_partitions_verify_clears_the_throttles(secured: Secured) -> None:

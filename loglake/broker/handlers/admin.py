@@ -20,6 +20,8 @@ Authorization (Kafka's ``KafkaApis``/``ConfigHelper`` rules, through handlers/au
   CLIENT_METRICS; refusals answer TOPIC/GROUP/CLUSTER_AUTHORIZATION_FAILED per resource.
   IncrementalAlterConfigs runs Kafka's request checks (``ConfigAdminManager.preprocess``:
   resource or key twice, null values, another broker's id, invalid broker config values) first.
+  BROKER_LOGGER resources (``kafka-configs --entity-type broker-loggers``) describe and set this
+  broker process's logger levels: ``broker_loggers``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.codec import RequestFrame, build, response_class
-from loglake.broker.handlers import authz, broker_configs
+from loglake.broker.handlers import authz, broker_configs, broker_loggers
 from loglake.broker.quotas.controller_mutation import UNBOUNDED, MutationQuota
 from loglake.broker.quotas.enforcement import controller_mutation_quota, with_mutation_throttle
 from loglake.broker.security.acl_model import CLUSTER_NAME, AclOperation, ResourceType
@@ -341,6 +343,9 @@ async def describe_configs(services: BrokerServices, frame: RequestFrame) -> Any
                     services, resource.configuration_keys, synonyms)) + \
                     broker_configs.describe_dynamic(services, resource.configuration_keys,
                                                     synonyms=synonyms, cluster_default=default)
+            elif resource.resource_type == RESOURCE_BROKER_LOGGER:
+                broker_loggers.check_broker_id(resource.resource_name, services.config.broker_id)
+                result["configs"] = broker_loggers.describe(resource.configuration_keys)
             else:
                 raise InvalidRequestError(
                     f"Unsupported resource type {resource.resource_type}."
@@ -448,6 +453,12 @@ async def _alter_incrementally(services: BrokerServices, resource: Any, *,
     if resource.resource_type == RESOURCE_BROKER:  # the dynamic ones (throttle rates)
         await broker_configs.alter_broker_configs(
             services, resource.resource_name, resource.configs, validate_only=validate_only)
+        return
+    if resource.resource_type == RESOURCE_BROKER_LOGGER:  # kafka-configs --entity-type
+        broker_loggers.check_broker_id(resource.resource_name, services.config.broker_id)
+        broker_loggers.validate(resource.configs)
+        if not validate_only:
+            broker_loggers.apply(resource.configs)
         return
     if resource.resource_type != RESOURCE_TOPIC:
         raise InvalidRequestError("Only topic and broker configs can be altered.")
