@@ -41,7 +41,7 @@ pytestmark = pytest.mark.timeout(300)
 FAST_JVM = ("-XX:TieredStopAtLevel=1", "-Xshare:auto")
 """Tools are short-lived: the C1 compiler alone starts them faster."""
 TOOL_TIMEOUT_S = 120
-ACL_LINE = re.compile(r"\(principal=(?P<principal>[^,]+), host=(?P<host>[^,]+), "
+ACL_LINE = re.compile(r"\(principal=(?P<principal>.+?), host=(?P<host>[^,]+), "
                       r"operation=(?P<operation>[A-Z_]+), permissionType=(?P<permission>[A-Z]+)\)")
 RESOURCE_LINE = re.compile(r"ResourcePattern\(resourceType=(?P<type>[A-Z_]+), name=(?P<name>.*), "
                            r"patternType=(?P<pattern>[A-Z]+)\)")
@@ -199,6 +199,17 @@ def test_acls_made_by_kafka_acls_are_what_loglake_lists(secured: Secured) -> Non
               "--operation", "Read", "--topic", prefix, "--resource-pattern-type", "prefixed"))
     _ok(_acls(secured, secured.admin_java, "--add", "--deny-principal", principal,
               "--deny-host", "192.0.2.1", "--operation", "Describe", "--cluster"))
+    # a certificate's principal (commas in it), on every topic, as kafka-acls spells it
+    certificate = f"User:CN={user},O=loglake"
+    _ok(_acls(secured, secured.admin_java, "--add", "--allow-principal", certificate,
+              "--operation", "All", "--topic", "*"))
+    assert _acl_set(_ok(_loglake(secured, "acls", "list", "--principal", certificate))) == {
+        ("TOPIC", "*", "LITERAL", certificate, "*", "ALL", "ALLOW")}
+    matching = _acl_set(_ok(_acls(secured, secured.admin_java, "--list", "--topic", topic,
+                                  "--resource-pattern-type", "match")))
+    assert ("TOPIC", "*", "LITERAL", certificate, "*", "ALL", "ALLOW") in matching
+    _ok(_acls(secured, secured.admin_java, "--remove", "--force", "--allow-principal",
+              certificate, "--operation", "All", "--topic", "*"))
     want = {
         *(("TOPIC", topic, "LITERAL", principal, "*", op, "ALLOW")
           for op in ("CREATE", "DESCRIBE", "WRITE", "READ")),
@@ -601,6 +612,55 @@ def test_topic_group_and_cluster_tools(secured: Secured) -> None:
     assert topic not in _ok(_topics(secured, admin, "--list")).split()
 
 
+def test_offsets_records_perf_and_cluster_tools(secured: Secured) -> None:
+    admin = secured.admin_java
+    user, config = _new_user(secured, "perf")
+    topic = _unique("perf")
+    _ok(_topics(secured, admin, "--create", "--topic", topic, "--partitions", "2",
+                "--replication-factor", "1"))
+    _ok(_acls(secured, admin, "--add", "--allow-principal", f"User:{user}", "--producer",
+              "--topic", topic, "--idempotent"))
+    perf = _ok(_tool(secured, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                     "--num-records", "1000", "--record-size", "100", "--throughput", "-1",
+                     "--producer.config", str(config), "--producer-props",
+                     f"bootstrap.servers={secured.bootstrap}", "acks=all",
+                     "enable.idempotence=true"))
+    assert re.search(r"^1000 records sent, ", perf, re.MULTILINE), perf
+
+    def offsets(*args: str) -> dict[str, int]:
+        out = _ok(_tool(secured, "org.apache.kafka.tools.GetOffsetShell", "--bootstrap-server",
+                        secured.bootstrap, "--command-config", str(admin), "--topic", topic,
+                        *args))
+        return {line.rsplit(":", 1)[0]: int(line.rsplit(":", 1)[1])
+                for line in out.splitlines()}
+
+    ends = offsets()
+    assert set(ends) == {f"{topic}:0", f"{topic}:1"} and sum(ends.values()) == 1000
+    full = max(ends, key=lambda key: ends[key])
+    plan = secured.work / f"{topic}-delete.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": int(full.rsplit(":", 1)[1]), "offset": 10}]}))
+    deleted = _ok(_tool(secured, "org.apache.kafka.tools.DeleteRecordsCommand",
+                        "--bootstrap-server", secured.bootstrap, "--command-config", str(admin),
+                        "--offset-json-file", str(plan)))
+    assert f"partition: {full.replace(':', '-')}\tlow_watermark: 10" in deleted
+    assert offsets("--time", "-2")[full] == 10
+
+    elected = _tool(secured, "org.apache.kafka.tools.LeaderElectionCommand",
+                    "--bootstrap-server", secured.bootstrap, "--admin.config", str(admin),
+                    "--election-type", "preferred", "--topic", topic, "--partition", "0")
+    assert elected.returncode == 0, elected.stdout + elected.stderr
+    assert f"Valid replica already elected for partitions {topic}-0" in elected.stdout
+    cluster_id = _ok(_tool(secured, "org.apache.kafka.tools.ClusterTool", "cluster-id",
+                           "--bootstrap-server", secured.bootstrap, "--config", str(admin)))
+    assert re.fullmatch(r"Cluster ID: \S+\n", cluster_id)
+    listed = _ok(_tool(secured, "org.apache.kafka.tools.TransactionsCommand",
+                       "--bootstrap-server", secured.bootstrap, "--command-config", str(admin),
+                       "list"))
+    assert listed.split()[:4] == ["TransactionalId", "Coordinator", "ProducerId",
+                                   "TransactionState"]
+
+
 def test_tools_for_apis_loglake_lacks_fail_cleanly(secured: Secured) -> None:
     admin = secured.admin_java
     metrics = _tool(secured, "org.apache.kafka.tools.ClientMetricsCommand", "--bootstrap-server",
@@ -615,5 +675,14 @@ def test_tools_for_apis_loglake_lacks_fail_cleanly(secured: Secured) -> None:
     assert tokens.returncode == 1
     assert ("UnsupportedVersionException: The node does not support CREATE_DELEGATION_TOKEN"
             in tokens.stdout + tokens.stderr)
+    quorum = _tool(secured, "org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server",
+                   secured.bootstrap, "--command-config", str(admin), "describe", "--status")
+    assert quorum.returncode == 1
+    assert ("UnsupportedVersionException: The node does not support DESCRIBE_QUORUM"
+            in quorum.stdout + quorum.stderr)
+    # no feature flags are advertised: kafka-features has nothing to describe
+    features = _tool(secured, "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server",
+                     secured.bootstrap, "--command-config", str(admin), "describe")
+    assert (features.returncode, features.stdout) == (0, "")
     # the broker is still there for the next tool
     _ok(_topics(secured, admin, "--list"))
