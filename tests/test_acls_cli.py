@@ -102,6 +102,7 @@ def test_broker_mode_add_list_remove(dev: DevCluster, catalog: ClusterCatalog,
     assert "name=app-, patternType=PREFIXED" in out and "User:bob" in out
     code, out, _ = run(capsys, "list", *bootstrap, "--principal", "User:bob")
     assert "User:alice" not in out and "User:bob" in out
+    assert out.splitlines()[0] == "ACLs for principal `User:bob`"  # as kafka-acls prints
 
     # exact entries, then everything of a resource
     code, out, _ = run(capsys, "remove", *bootstrap, "--topic", "orders", "--allow-principal",

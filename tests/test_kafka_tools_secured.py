@@ -217,11 +217,14 @@ def test_acls_made_by_kafka_acls_are_what_loglake_lists(secured: Secured) -> Non
         ("TOPIC", prefix, "PREFIXED", principal, "*", "READ", "ALLOW"),
         ("CLUSTER", "kafka-cluster", "LITERAL", principal, "192.0.2.1", "DESCRIBE", "DENY"),
     }
-    kafka_view = _acl_set(_ok(_acls(secured, secured.admin_java, "--list", "--principal",
-                                    principal)))
-    assert kafka_view == want
-    loglake_view = _acl_set(_ok(_loglake(secured, "acls", "list", "--principal", principal)))
-    assert loglake_view == want
+    kafka_text = _ok(_acls(secured, secured.admin_java, "--list", "--principal", principal))
+    assert _acl_set(kafka_text) == want
+    loglake_text = _ok(_loglake(secured, "acls", "list", "--principal", principal))
+    assert _acl_set(loglake_text) == want
+    # both open with kafka-acls' header line for the principal
+    assert [line for line in loglake_text.splitlines() if line.startswith("ACLs for")] == \
+        [line for line in kafka_text.splitlines() if line.startswith("ACLs for")] == \
+        [f"ACLs for principal `{principal}`"]
     # the same pattern filter in both tools
     topic_view = _acl_set(_ok(_acls(secured, secured.admin_java, "--list", "--topic", topic)))
     assert topic_view == {acl for acl in want if acl[:2] == ("TOPIC", topic)}

@@ -189,8 +189,14 @@ def acls_remove(args: argparse.Namespace) -> int:
 
 def acls_list(args: argparse.Namespace) -> int:
     """``loglake acls list``."""
-    found = (_zookeeper_list(args) if args.zookeeper is not None else _broker_list(args))
-    print(list_output(found), end="")
+    found = list(_zookeeper_list(args) if args.zookeeper is not None else _broker_list(args))
+    if not args.principal:
+        print(list_output(found), end="")
+        return 0
+    for principal in dict.fromkeys(_principal(p) for p in args.principal):
+        # kafka-acls --list --principal P: a header line, then P's ACLs grouped by resource
+        print(f"ACLs for principal `{principal}`")
+        print(list_output(row for row in found if row.principal == principal), end="")
     return 0
 
 
