@@ -34,7 +34,7 @@ from loglake.broker.quotas.alteration import (
     describe_entity,
 )
 from loglake.broker.quotas.entities import QuotaEntity, entity_of_path, quota_values
-from loglake.broker.quotas.ip_quotas import IpEntity, ip_of_path, ip_quota_values
+from loglake.broker.quotas.ip_quotas import IP_QUOTA_KEYS, IpEntity, ip_of_path
 from loglake.broker.security.acl_model import AclOperation
 from loglake.errors import LoglakeError
 
@@ -88,7 +88,7 @@ async def describe_client_quotas(services: QuotaServices, frame: RequestFrame) -
         if (entity := entity_of_path(path)) is not None and (values := quota_values(config))}
     stored.update({IpEntity(ip): values for path, config in configs.items()
                    if (ip := ip_of_path(path)) is not None
-                   and (values := ip_quota_values(config))})
+                   and (values := quota_values(config, IP_QUOTA_KEYS))})
     try:
         matched = describe(components, bool(request.strict), stored)
     except QuotaRequestError as exc:

@@ -31,7 +31,7 @@ catalog/entity_configs.py's ``desanitize``. Not thread-safe: event loop only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from loglake.catalog.entity_configs import (
@@ -98,11 +98,13 @@ def entity_of_path(path: str) -> QuotaEntity | None:
     return None
 
 
-def quota_values(config: Mapping[str, str]) -> dict[str, float]:
-    """The quota keys of an entity config map, as numbers (a value that does not parse is
-    left out, as Kafka's config parsing would refuse it)."""
+def quota_values(config: Mapping[str, str], keys: Iterable[str] = QUOTA_KEYS
+                 ) -> dict[str, float]:
+    """The quota keys ``keys`` (default: the user/client-id ones) of an entity config map, as
+    numbers (a value that does not parse is left out, as Kafka's config parsing would refuse
+    it)."""
     out: dict[str, float] = {}
-    for key in QUOTA_KEYS:
+    for key in keys:
         raw = config.get(key)
         if raw is None:
             continue

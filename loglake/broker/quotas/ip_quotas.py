@@ -23,6 +23,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from loglake.broker.quotas.entities import quota_values
 from loglake.catalog.entity_configs import DEFAULT_ENTITY, IPS, desanitize, sanitize
 
 log = logging.getLogger(__name__)
@@ -61,20 +62,6 @@ def ip_of_path(path: str) -> str | None:
     return None
 
 
-def ip_quota_values(config: Mapping[str, str]) -> dict[str, float]:
-    """The IP quota keys of an entity config map, as numbers (unparsable values left out)."""
-    out: dict[str, float] = {}
-    for key in IP_QUOTA_KEYS:
-        raw = config.get(key)
-        if raw is None:
-            continue
-        try:
-            out[key] = float(raw)
-        except ValueError:
-            continue
-    return out
-
-
 class IpQuotas:
     """The IP entities' quotas as last read from ZooKeeper (see the module docstring)."""
 
@@ -88,7 +75,7 @@ class IpQuotas:
 
     def apply(self, name: str, config: Mapping[str, str]) -> None:
         """Entity ``name``'s whole config ({} when it has none), as stored or read."""
-        values = ip_quota_values(config)
+        values = quota_values(config, IP_QUOTA_KEYS)
         if self._entities.get(name, {}) == values:
             return
         try:
