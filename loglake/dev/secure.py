@@ -91,6 +91,19 @@ class ZooKeeperLogin:
         return {JAAS_FILE: str(self.jaas_file), SET_ACL: "true"}
 
 
+def kept_password(password_file: Path) -> str:
+    """The password kept in ``password_file``; a new random one written there (owner-only)
+    first when the file is missing or empty."""
+    try:
+        password = password_file.read_text().strip()
+    except FileNotFoundError:
+        password = ""
+    if not password:
+        password = secrets.token_urlsafe(18)
+        write_private(password_file, (password + "\n").encode())
+    return password
+
+
 def zookeeper_login_exists(data_dir: Path) -> bool:
     """Whether the dev cluster in ``data_dir`` had ZooKeeper authentication before (its
     ZooKeeper's znodes then carry ACLs only that login passes)."""
@@ -102,15 +115,8 @@ def prepare_zookeeper_login(data_dir: Path) -> ZooKeeperLogin:
     under ``DIR/security``."""
     folder = security_dir(data_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    password_file = folder / ZOOKEEPER_PASSWORD
-    try:
-        password = password_file.read_text().strip()
-    except FileNotFoundError:
-        password = ""
-    if not password:
-        password = secrets.token_urlsafe(18)
-        write_private(password_file, (password + "\n").encode())
-    login = ZooKeeperLogin(ZOOKEEPER_USER, password, folder / ZOOKEEPER_JAAS)
+    login = ZooKeeperLogin(ZOOKEEPER_USER, kept_password(folder / ZOOKEEPER_PASSWORD),
+                           folder / ZOOKEEPER_JAAS)
     jaas = ("// Written by `loglake dev up --security sasl_ssl`: the ZooKeeper login of this\n"
             "// cluster's brokers and tools (SASL DIGEST-MD5).\n"
             f"Client {{\n    {ZOOKEEPER_LOGIN_MODULE} required\n"
@@ -144,14 +150,7 @@ def prepare(data_dir: Path) -> SecuredSetup:
     ``DIR/security`` (existing ones kept)."""
     folder = security_dir(data_dir)
     certificates = ensure_dev_certificates(folder)
-    password_file = folder / "admin.password"
-    try:
-        password = password_file.read_text().strip()
-    except FileNotFoundError:
-        password = ""
-    if not password:
-        password = secrets.token_urlsafe(18)
-        write_private(password_file, (password + "\n").encode())
+    password = kept_password(folder / "admin.password")
     setup = SecuredSetup(certificates, ADMIN_USER, password, folder / CLIENT_PROPERTIES,
                          folder / JAVA_CLIENT_PROPERTIES)
     write_private(setup.client_properties, client_properties(setup).encode())
