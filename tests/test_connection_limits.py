@@ -39,15 +39,6 @@ class SourcedWire(WireClient):
         self.correlation_id = 0
 
 
-def _served(wire: WireClient) -> bool:
-    """ApiVersions answered on ``wire`` (False: closed or no answer within its timeout)."""
-    try:
-        return wire.request(18, 3, {"client_software_name": "t",
-                                    "client_software_version": "1"}).error_code == 0
-    except (ConnectionError, TimeoutError, OSError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def limits(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
            ) -> Iterator[DevCluster]:
@@ -86,17 +77,17 @@ def _open(port: int, count: int, source: str = "127.0.0.1", timeout: float = 10.
 def test_per_ip_override_closes_the_connection_over_the_limit(limits: DevCluster) -> None:
     port = limits.broker_port(1)
     with _open(port, 3, "127.0.0.2") as wires:
-        assert all(_served(wire) for wire in wires)
+        assert all(wire.served() for wire in wires)
         with _open(port, 1, "127.0.0.2") as (extra,):
             assert extra.is_closed(timeout=10)  # closed at once, never served
-        assert all(_served(wire) for wire in wires)  # the others keep working
+        assert all(wire.served() for wire in wires)  # the others keep working
         with _open(port, 1, "127.0.0.5") as (other_ip,):  # another IP is not affected
-            assert _served(other_ip)
+            assert other_ip.served()
         wires[0].close()
 
         def slot_freed() -> bool:
             with _open(port, 1, "127.0.0.2") as (again,):
-                return _served(again)
+                return again.served()
 
         wait_until(slot_freed, 20, "a connection once one of the three closed")
 
@@ -106,29 +97,29 @@ def test_per_ip_default_counts_every_listener(limits: DevCluster) -> None:
     the 41st (on PLAINTEXT) is closed at once."""
     port = limits.broker_port(1)
     with _open(port + LIMITED, 2, "127.0.0.3") as limited, _open(port, 38, "127.0.0.3") as plain:
-        assert _served(limited[-1]) and _served(plain[0]) and _served(plain[-1])
+        assert limited[-1].served() and plain[0].served() and plain[-1].served()
         with _open(port, 1, "127.0.0.3") as (over,):
             assert over.is_closed(timeout=10)
-        assert _served(plain[-1])
+        assert plain[-1].served()
 
 
 def test_listener_max_connections_blocks_accepts_until_one_closes(limits: DevCluster) -> None:
     port = limits.broker_port(1) + LIMITED
     with _open(port, 2, "127.0.0.6") as wires:
-        assert all(_served(wire) for wire in wires)
+        assert all(wire.served() for wire in wires)
         with _open(port, 1, "127.0.0.6", timeout=2.0) as (waiting,):
             # TCP connects (the kernel's backlog), but the broker does not accept it yet
-            assert not _served(waiting)
+            assert not waiting.served()
             assert not waiting.is_closed(timeout=1.0)
             with _open(limits.broker_port(1), 1, "127.0.0.6") as (plain,):
-                assert _served(plain)  # other listeners keep accepting
+                assert plain.served()  # other listeners keep accepting
             wires[0].close()
             waiting.sock.settimeout(20)
             # its ApiVersions was sent while waiting: the answer arrives once accepted
             size = int.from_bytes(waiting._read(4), "big")
             assert size > 0
             waiting._read(size)
-            assert _served(waiting)
+            assert waiting.served()
 
 
 def test_listener_creation_rate_delays_accepts(limits: DevCluster) -> None:
@@ -136,7 +127,7 @@ def test_listener_creation_rate_delays_accepts(limits: DevCluster) -> None:
     def connect_all(port: int) -> float:
         started = time.monotonic()
         with _open(port, 12, "127.0.0.7", timeout=30) as wires:
-            assert all(_served(wire) for wire in wires)
+            assert all(wire.served() for wire in wires)
         return time.monotonic() - started
 
     unlimited = connect_all(limits.broker_port(1))
@@ -164,18 +155,18 @@ def test_ip_connection_rate_quota_closes_new_connections(limits: DevCluster) -> 
         def throttled() -> bool:
             refused = 0
             with _open(port, 8, "127.0.0.8", timeout=3) as wires:
-                refused = sum(not _served(wire) for wire in wires)
+                refused = sum(not wire.served() for wire in wires)
             return refused >= 4
 
         wait_until(throttled, 30, "connections from 127.0.0.8 refused by its rate quota")
         with _open(port, 3, "127.0.0.9") as others:
-            assert all(_served(wire) for wire in others)
+            assert all(wire.served() for wire in others)
     finally:
         alter(remove=True)
 
     def lifted() -> bool:
         with _open(port, 8, "127.0.0.8", timeout=5) as wires:
-            return all(_served(wire) for wire in wires)
+            return all(wire.served() for wire in wires)
 
     wait_until(lifted, 30, "the quota removed: every connection served")
 
@@ -199,20 +190,20 @@ def test_max_connections_blocks_and_the_inter_broker_listener_is_protected(
         wide: DevCluster) -> None:
     external = wide.broker_port(1) + EXTERNAL
     with _open(external, 4) as wires:
-        assert all(_served(wire) for wire in wires)
+        assert all(wire.served() for wire in wires)
         with _open(external, 1, timeout=2.0) as (waiting,):
-            assert not _served(waiting)  # broker-wide limit: not accepted
+            assert not waiting.served()  # broker-wide limit: not accepted
             for wire in wires[1:]:
-                _served(wire)  # wires[0] is now the least recently active
+                wire.served()  # wires[0] is now the least recently active
             with _open(wide.broker_port(1), 1) as (inter,):
-                assert _served(inter)  # the protected listener is still served ...
+                assert inter.served()  # the protected listener is still served ...
                 assert wires[0].is_closed(timeout=10)  # ... and the least active is closed
-                assert all(_served(wire) for wire in wires[1:])
-                assert not _served(waiting)  # still 4 open: it keeps waiting
+                assert all(wire.served() for wire in wires[1:])
+                assert not waiting.served()  # still 4 open: it keeps waiting
             waiting.sock.settimeout(20)
             size = int.from_bytes(waiting._read(4), "big")  # accepted once `inter` closed
             waiting._read(size)
-            assert _served(waiting)
+            assert waiting.served()
 
 
 # ---------------------------------------------------------------- the decisions, in process

@@ -127,15 +127,7 @@ def _good_clients(h: Hostile) -> None:
         asyncio.run(sasl_client_authenticate(request, "SCRAM-SHA-256", USER, PASSWORD))
         assert [b.node_id for b in wire.request(3, 12, {"topics": None}).brokers] == [1]
     with WireClient("127.0.0.1", h.port) as wire:
-        assert _served(wire)
-
-
-def _served(wire: WireClient) -> bool:
-    try:
-        return wire.request(18, 3, {"client_software_name": "t",
-                                    "client_software_version": "1"}).error_code == 0
-    except (ConnectionError, TimeoutError, OSError):
-        return False
+        assert wire.served()
 
 
 def _v0(h: Hostile, mechanism: str) -> WireClient:
@@ -257,12 +249,12 @@ def test_flood_past_max_connections_per_ip(hostile: Hostile) -> None:
     """FLOOD connections from an address limited to 3: at most 3 are served, the rest are
     closed at once; another address is served meanwhile; the slots free again afterwards."""
     with _flood(hostile.port, PER_IP_LIMITED, FLOOD) as wires:
-        served = [wire for wire in wires if _served(wire)]
+        served = [wire for wire in wires if wire.served()]
         assert 1 <= len(served) <= 3, len(served)
         _good_clients(hostile)
     def again() -> bool:
         with SourcedWire(hostile.port, PER_IP_LIMITED) as wire:
-            return _served(wire)
+            return wire.served()
     wait_until(again, 30, "a connection from the limited address after the flood")
 
 
@@ -281,10 +273,10 @@ def test_flood_past_an_ip_connection_rate_quota(hostile: Hostile) -> None:
     try:
         def limited() -> bool:
             with _flood(hostile.port, RATE_LIMITED, 10) as wires:
-                return sum(_served(w) for w in wires) < 10
+                return sum(w.served() for w in wires) < 10
         wait_until(limited, 30, "the IP connection rate quota applies")
         with _flood(hostile.port, RATE_LIMITED, FLOOD) as wires:
-            served = sum(_served(wire) for wire in wires)
+            served = sum(wire.served() for wire in wires)
             assert served < FLOOD // 2, served
             _good_clients(hostile)
     finally:
@@ -292,7 +284,7 @@ def test_flood_past_an_ip_connection_rate_quota(hostile: Hostile) -> None:
 
     def lifted() -> bool:
         with _flood(hostile.port, RATE_LIMITED, 10) as wires:
-            return all(_served(w) for w in wires)
+            return all(w.served() for w in wires)
     wait_until(lifted, 30, "the removed quota no longer applies")
 
 

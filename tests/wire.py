@@ -80,6 +80,15 @@ class WireClient:
         body, _ = entity_reader(cls)(frame, offset)
         return body
 
+    def served(self) -> bool:
+        """ApiVersions answered on this connection (False: closed or no answer within the
+        socket's timeout)."""
+        try:
+            return self.request(18, 3, {"client_software_name": "t",
+                                        "client_software_version": "1"}).error_code == 0
+        except (ConnectionError, TimeoutError, OSError):
+            return False
+
     def is_closed(self, timeout: float = 5.0) -> bool:
         """True if the broker closed this connection (recv returns EOF) within ``timeout``."""
         self.sock.settimeout(timeout)
