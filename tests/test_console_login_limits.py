@@ -16,7 +16,6 @@ lock that name (``--max-login-failures-per-user``); ``/healthz`` stays open.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from loglake.broker.security.scram_credentials import store_user_credential
 from loglake.catalog.entity_configs import EntityConfigStore
 from loglake.dev.harness import wait_until
 from tests.browser_util import ConsoleProcess
+from tests.zk_util import fresh_chroot, kazoo_client
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -118,23 +118,9 @@ class CountingConfigs:
         return self.store.alter(path, updates)
 
 
-def _chrooted(hosts: str, chroot: str) -> KazooClient:
-    """A started client under ``chroot``, created first through a client at the root."""
-    root = KazooClient(hosts=hosts, timeout=10)
-    root.start(timeout=10)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    client = KazooClient(hosts=f"{hosts}{chroot}", timeout=10)
-    client.start(timeout=10)
-    return client
-
-
 @pytest.fixture
 def zk(zookeeper_hosts: str) -> Iterator[KazooClient]:
-    client = _chrooted(zookeeper_hosts, f"/login-{uuid.uuid4().hex[:8]}")
+    client = kazoo_client(fresh_chroot(zookeeper_hosts, "login"))
     try:
         yield client
     finally:
@@ -166,8 +152,8 @@ def test_unknown_users_are_remembered_briefly(zk: KazooClient) -> None:
 @pytest.fixture(scope="module")
 def console_url(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
                 ) -> Iterator[str]:
-    chroot = f"/login-limits-{uuid.uuid4().hex[:8]}"
-    zk = _chrooted(zookeeper_hosts, chroot)
+    connect = fresh_chroot(zookeeper_hosts, "login-limits")
+    zk = kazoo_client(connect)
     try:
         zk.create("/cluster/id", b'{"version":"1","id":"login-limits"}', makepath=True)
         for user, password in PASSWORDS.items():
@@ -176,7 +162,7 @@ def console_url(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
         zk.stop()
         zk.close()
     process = ConsoleProcess(
-        f"{zookeeper_hosts}{chroot}", Path(tmp_path_factory.mktemp("console-login")),
+        connect, Path(tmp_path_factory.mktemp("console-login")),
         extra_args=("--basic-auth", "--max-login-failures", "3",
                     "--max-login-failures-per-user", "6"))
     with process:

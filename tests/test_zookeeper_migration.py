@@ -28,6 +28,7 @@ from loglake.catalog.zk_migration import ROOT_PATHS
 from loglake.dev.harness import DevCluster, free_port_block
 from loglake.dev.zookeeper import ZooKeeperServer
 from tests.clients import consume_messages
+from tests.zk_util import kazoo_client
 
 USER, PASSWORD = "kafka", "kafka-zk-secret"
 OTHER, OTHER_PASSWORD = "other", "other-zk-secret"
@@ -53,15 +54,6 @@ def open_cluster(tmp_path_factory: pytest.TempPathFactory,
     with DevCluster(tmp_path_factory.mktemp("zk-migrate-cluster"), brokers=2,
                     zookeeper=sasl_zookeeper.hosts, broker_overrides=overrides) as dev:
         yield dev
-
-
-def _kazoo(hosts: str, user: str | None = None, password: str | None = None) -> KazooClient:
-    options = ({"mechanism": "DIGEST-MD5", "username": user, "password": password}
-               if user is not None else None)
-    client = KazooClient(hosts=hosts, timeout=10, sasl_options=options,
-                         connection_retry={"max_tries": 3, "delay": 0.2})
-    client.start(timeout=15)
-    return client
 
 
 def _migrate(dev: DevCluster, *args: str, user: str | None = USER,
@@ -127,8 +119,8 @@ def test_secure_then_unsecure(open_cluster: DevCluster, sasl_zookeeper: ZooKeepe
     chroot = dev.chroot
     topic = f"migrate-{uuid.uuid4().hex[:8]}"
     _round_trip(dev, topic, 20)
-    owner = _kazoo(dev.zookeeper_hosts, USER, PASSWORD)
-    anonymous = _kazoo(dev.zookeeper_hosts)
+    owner = kazoo_client(dev.zookeeper_hosts, USER, PASSWORD)
+    anonymous = kazoo_client(dev.zookeeper_hosts)
     try:
         owner.create(f"{chroot}/config/users/alice", b'{"version":1,"config":{"SCRAM-SHA-256":'
                      b'"salt=c2FsdA==,stored_key=a2V5,server_key=a2V5,iterations=4096"}}',
@@ -230,7 +222,7 @@ def test_missing_layout_roots_are_checked_or_created_secure(
     anything; without it, ``secure`` creates the layout's roots with the secure ACL (so no one
     can create them open later) and walks Kafka's other roots only where they exist."""
     chroot = f"/bare-{uuid.uuid4().hex[:8]}"
-    owner = _kazoo(sasl_zookeeper.hosts, USER, PASSWORD)
+    owner = kazoo_client(sasl_zookeeper.hosts, USER, PASSWORD)
     try:
         owner.create(f"{chroot}/cluster/id", b'{"version":"1","id":"bare"}', makepath=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOGLAKE_ZOOKEEPER")}

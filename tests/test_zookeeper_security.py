@@ -39,6 +39,7 @@ from loglake.catalog.zookeeper import ClusterCatalog
 from loglake.dev.harness import DevCluster, free_port_block
 from loglake.dev.zookeeper import ZooKeeperServer
 from tests.clients import consume_messages
+from tests.zk_util import kazoo_client
 
 CLUSTER_USER, CLUSTER_PASSWORD = "kafka", "kafka-zk-secret"
 OTHER_USER, OTHER_PASSWORD = "other", "other-zk-secret"
@@ -65,15 +66,6 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory,
     with DevCluster(tmp_path_factory.mktemp("zk-sasl-cluster"), brokers=2,
                     zookeeper=secured_zookeeper.hosts, broker_overrides=overrides) as dev:
         yield dev
-
-
-def _kazoo(hosts: str, user: str | None = None, password: str | None = None) -> KazooClient:
-    options = ({"mechanism": "DIGEST-MD5", "username": user, "password": password}
-               if user is not None else None)
-    client = KazooClient(hosts=hosts, timeout=10, sasl_options=options,
-                         connection_retry={"max_tries": 3, "delay": 0.2})
-    client.start(timeout=15)
-    return client
 
 
 def _walk(client: KazooClient, root: str = "/") -> list[str]:
@@ -133,8 +125,8 @@ def test_brokers_work_and_secure_what_they_create(secure_cluster: DevCluster) ->
     dev.create_topic(topic, partitions=2, replication_factor=2)
     _produce_and_consume(dev, topic, f"{topic}-group", 40)
 
-    anonymous = _kazoo(dev.zookeeper_hosts)
-    owner = _kazoo(dev.zookeeper_hosts, CLUSTER_USER, CLUSTER_PASSWORD)
+    anonymous = kazoo_client(dev.zookeeper_hosts)
+    owner = kazoo_client(dev.zookeeper_hosts, CLUSTER_USER, CLUSTER_PASSWORD)
     try:
         chroot = dev.chroot
         # the dev launcher created the chroot open; the brokers gave it the secure ACL
@@ -174,9 +166,9 @@ def test_without_credentials_nothing_changes_and_credentials_stay_hidden(
         catalog.stop()
 
     chroot = dev.chroot
-    owner = _kazoo(dev.zookeeper_hosts, CLUSTER_USER, CLUSTER_PASSWORD)
-    anonymous = _kazoo(dev.zookeeper_hosts)
-    other = _kazoo(dev.zookeeper_hosts, OTHER_USER, OTHER_PASSWORD)
+    owner = kazoo_client(dev.zookeeper_hosts, CLUSTER_USER, CLUSTER_PASSWORD)
+    anonymous = kazoo_client(dev.zookeeper_hosts)
+    other = kazoo_client(dev.zookeeper_hosts, OTHER_USER, OTHER_PASSWORD)
     try:
         every = _walk(owner, chroot)
         relative = {path[len(chroot):] for path in every}
@@ -249,7 +241,7 @@ def test_tools_take_credentials_from_the_environment(
         assert tool.broker_config("<default>") == {}
     finally:
         tool.stop()
-    reader = _kazoo(dev.zookeeper_hosts)
+    reader = kazoo_client(dev.zookeeper_hosts)
     try:
         path = f"{dev.chroot}/loglake/table_changes/{topic}"
         assert json.loads(reader.get(path)[0])["operation"] == "OPTIMIZE"
@@ -277,7 +269,7 @@ def test_cli_over_zookeeper_needs_the_credentials(secure_cluster: DevCluster) ->
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == 0, done.stderr
-    reader = _kazoo(dev.zookeeper_hosts)
+    reader = kazoo_client(dev.zookeeper_hosts)
     try:
         path = f"{dev.chroot}/kafka-acl/Topic/{topic}"
         assert b"User:alice" in reader.get(path)[0]
@@ -364,7 +356,7 @@ def test_secured_dev_cluster_secures_its_zookeeper(tmp_path: Path) -> None:
         registry = SchemaRegistryClient(dev.registry_config())
         schema_id = registry.register_schema(f"{topic}-value", Schema('"string"', "AVRO"))
 
-        anonymous = _kazoo(dev.zookeeper_hosts)
+        anonymous = kazoo_client(dev.zookeeper_hosts)
         try:
             chroot = dev.chroot
             targets = [chroot, f"{chroot}/brokers/ids/1", f"{chroot}/brokers/topics/{topic}",
@@ -411,7 +403,7 @@ def test_secured_dev_cluster_secures_its_zookeeper(tmp_path: Path) -> None:
         assert "NoAuth" in unrecorded.stderr, unrecorded.stderr
         ran = _loglake(*job, env={"LOGLAKE_CONFIG_DIR": str(config_dir)})  # a clean-up job
         assert ran.returncode == 0, ran.stderr
-        owner = _kazoo(dev.zookeeper_hosts, "kafka",
+        owner = kazoo_client(dev.zookeeper_hosts, "kafka",
                        Path(jaas).read_text().split('password="')[1].split('"')[0])
         try:
             assert b"SCRAM-SHA-512" in owner.get(f"{dev.chroot}/config/users/bob")[0]
@@ -438,7 +430,7 @@ def test_a_dev_cluster_secured_later_is_migrated_and_stays_secured(
     with DevCluster(data, security="sasl_ssl") as dev:
         assert "zookeeper-security-migration --zookeeper.acl secure" in capfd.readouterr().err
         path = f"{dev.chroot}/brokers/topics/{early}"
-        anonymous = _kazoo(dev.zookeeper_hosts)
+        anonymous = kazoo_client(dev.zookeeper_hosts)
         try:
             assert _world_perms(anonymous, path) == Permissions.ALL  # created open
             migrated = _loglake("zookeeper-security-migration", "--zookeeper.acl", "secure",
@@ -458,7 +450,7 @@ def test_a_dev_cluster_secured_later_is_migrated_and_stays_secured(
         assert dev.info.zookeeper_jaas_file is not None
         later = f"later-{uuid.uuid4().hex[:6]}"
         dev.create_topic(later)
-        anonymous = _kazoo(dev.zookeeper_hosts)
+        anonymous = kazoo_client(dev.zookeeper_hosts)
         try:
             for topic in (early, later):
                 path = f"{dev.chroot}/brokers/topics/{topic}"
