@@ -19,7 +19,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Producer
 from playwright.sync_api import expect
 
 from loglake.dev.harness import DevCluster
@@ -30,8 +29,8 @@ from tests.browser_util import (  # noqa: F401  (fixtures: browser, page)
     _page_fixture,
     screenshot,
 )
+from tests.hanging_txn_util import open_transaction, write_hanging
 from tests.registry_process import RegistryProcess, module_registry
-from tests.test_console_transactions import _write_hanging
 
 REFRESH_BOUND_MS = 30_000
 """Bound for a live table to show a change (htmx polls every 2-5 s; a loaded box)."""
@@ -78,18 +77,13 @@ def test_transactions_page_live_and_abort(ui: BrowserPage, cluster: DevCluster) 
     _mark(ui)
 
     transactional_id = f"browser-{uuid.uuid4().hex[:8]}"
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                         "transactional.id": transactional_id})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, b"open", partition=0)
-    producer.flush(30)
+    producer = open_transaction(cluster, topic, transactional_id, b"open")
     row = ui.page.locator(f'#transactions tr[data-transactional-id="{transactional_id}"]')
     expect(row).to_have_attribute("data-state", "Ongoing", timeout=REFRESH_BOUND_MS)
     expect(row).to_contain_text(f"{topic}-0")
 
     producer_id = 910_000_000 + uuid.uuid4().int % 1_000_000
-    _write_hanging(cluster, topic, producer_id)
+    write_hanging(cluster, topic, producer_id)
     hanging = ui.page.locator(f'#open-transactions tr[data-producer-id="{producer_id}"]')
     expect(hanging).to_have_class("hanging", timeout=REFRESH_BOUND_MS)
     expect(hanging.locator(".status")).to_have_text("hanging")

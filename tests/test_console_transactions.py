@@ -13,12 +13,11 @@ message. The pure rules (overdue, hanging) are checked in process.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 from starlette.testclient import TestClient
 
@@ -29,11 +28,9 @@ from loglake.client.model import TransactionDescription, TransactionListing
 from loglake.console import transactions as page
 from loglake.console.app import create_app
 from loglake.dev.harness import DevCluster, wait_until
-from loglake.segments.records import Record, encode_batch
-from tests.wire import WireClient
+from tests.hanging_txn_util import HOUR_MS, committed_values, open_transaction, write_hanging
 
 HX = {"HX-Request": "true"}
-HOUR_MS = 3_600_000
 
 
 @pytest.fixture(scope="module")
@@ -49,38 +46,6 @@ def _topic(cluster: DevCluster, prefix: str) -> str:
     return name
 
 
-def _write_hanging(cluster: DevCluster, topic: str, producer_id: int) -> None:
-    """A transactional batch, stamped an hour ago, by a producer id that never asked a
-    coordinator: an open transaction nobody will end."""
-    old = int(time.time() * 1000) - HOUR_MS
-    batch = encode_batch([Record(offset=i, timestamp=old, key=b"k", value=b"hanging-%d" % i)
-                          for i in range(3)], base_offset=0, is_transactional=True,
-                         producer_id=producer_id, producer_epoch=0, base_sequence=0)
-    with WireClient.connect(cluster.bootstrap_servers) as wire:
-        response = wire.request(0, 9, {
-            "acks": -1, "timeout": 10000, "transactional_id": f"ghost-{producer_id}",
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0,
-                                                                "records": batch}]}]})
-    assert response.responses[0].partition_responses[0].error_code == 0
-
-
-def _committed_values(cluster: DevCluster, topic: str, *, wait_s: float) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
-                         "group.id": f"rc-{uuid.uuid4().hex[:6]}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value() or b"")
-    finally:
-        consumer.close()
-    return values
-
-
 def _row(html: str, marker: str) -> str:
     """The table row carrying ``marker`` (a data attribute), or ''."""
     start = html.find(marker)
@@ -93,13 +58,7 @@ def test_ongoing_then_committed_transaction_is_listed(cluster: DevCluster,
                                                        client: TestClient) -> None:
     topic = _topic(cluster, "txn-page")
     transactional_id = f"page-{uuid.uuid4().hex[:8]}"
-    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers,
-                         "transactional.id": transactional_id,
-                         "transaction.timeout.ms": 60000})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, b"in-flight", partition=0)
-    producer.flush(30)
+    producer = open_transaction(cluster, topic, transactional_id)
     marker = f'data-transactional-id="{transactional_id}"'
 
     def ongoing() -> str:
@@ -126,12 +85,12 @@ def test_hanging_transaction_is_found_and_aborted(cluster: DevCluster,
                                                   client: TestClient) -> None:
     topic = _topic(cluster, "txn-hang")
     producer_id = 900_000_000 + uuid.uuid4().int % 1_000_000
-    _write_hanging(cluster, topic, producer_id)
+    write_hanging(cluster, topic, producer_id)
     plain = Producer({"bootstrap.servers": cluster.bootstrap_servers})
     plain.produce(topic, b"after", partition=0)
     assert plain.flush(30) == 0
     # read_committed consumers are held back at the hanging transaction's first offset
-    assert b"after" not in _committed_values(cluster, topic, wait_s=2)
+    assert b"after" not in committed_values(cluster, topic, wait_s=2)
 
     marker = f'data-producer-id="{producer_id}"'
     text = client.get("/transactions").text
@@ -156,7 +115,7 @@ def test_hanging_transaction_is_found_and_aborted(cluster: DevCluster,
     assert answer.status_code == 200, answer.text
     assert "Aborted the transaction" in answer.text
     assert marker not in client.get("/fragments/transactions", headers=HX).text
-    values = _committed_values(cluster, topic, wait_s=3)
+    values = committed_values(cluster, topic, wait_s=3)
     assert values == [b"after"]  # the aborted records are skipped, the rest delivered
 
 

@@ -3,7 +3,7 @@ Apache Kafka's own ``kafka-transactions`` tool (``org.apache.kafka.tools.Transac
 from the kafka jar set) against the same loglake brokers.
 
 A two-broker cluster of its own (module scope; topics with two replicas, so one broker is a
-follower). A hanging transaction is manufactured as tests/test_console_transactions.py does: a
+follower). A hanging transaction is manufactured by tests/hanging_txn_util.py: a
 transactional batch stamped an hour ago, written by a producer id no coordinator knows, holds
 read_committed consumers back at its first offset. Checked, each through the CLI as a
 subprocess: find-hanging finds it (by topic, by topic and partition, by ``--broker-id`` of the
@@ -25,19 +25,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from loglake import jvm
 from loglake.client import Admin, transactions_cli
 from loglake.client import hanging_transactions as txns
 from loglake.dev import kafka_peer
 from loglake.dev.harness import DevCluster, wait_until
-from loglake.segments.records import Record, encode_batch
-from tests.wire import WireClient
+from tests.hanging_txn_util import committed_values, open_transaction, write_hanging
 
 pytestmark = pytest.mark.timeout(300)
 
-HOUR_MS = 3_600_000
 HEADER = "\t".join(transactions_cli.HANGING_HEADER)
 
 
@@ -66,51 +64,15 @@ def _leader(cluster: DevCluster, topic: str) -> int:
         return admin.describe_topic(topic).partitions[0].leader
 
 
-def _write_hanging(cluster: DevCluster, topic: str, producer_id: int) -> None:
-    """Three transactional records stamped an hour ago by a producer id that never asked a
-    coordinator, acknowledged by both replicas (acks=all): an open transaction nobody ends."""
-    old = int(time.time() * 1000) - HOUR_MS
-    batch = encode_batch([Record(offset=i, timestamp=old, key=b"k", value=b"hanging-%d" % i)
-                          for i in range(3)], base_offset=0, is_transactional=True,
-                         producer_id=producer_id, producer_epoch=0, base_sequence=0)
-    leader = _leader(cluster, topic)
-    with WireClient("127.0.0.1", cluster.broker_port(leader)) as wire:
-        response = wire.request(0, 9, {
-            "acks": -1, "timeout": 10000, "transactional_id": f"ghost-{producer_id}",
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0,
-                                                                "records": batch}]}]})
-    assert response.responses[0].partition_responses[0].error_code == 0
-
-
 def _hanging_topic(cluster: DevCluster, prefix: str) -> tuple[str, int]:
     """A topic whose partition 0 holds a hanging transaction at offset 0, then b"after"."""
     topic = _topic(cluster, prefix)
     producer_id = 900_000_000 + uuid.uuid4().int % 1_000_000
-    _write_hanging(cluster, topic, producer_id)
+    write_hanging(cluster, topic, producer_id)
     plain = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
     plain.produce(topic, b"after", partition=0)
     assert plain.flush(30) == 0
     return topic, producer_id
-
-
-def _committed_values(cluster: DevCluster, topic: str, *, want: int, wait_s: float
-                      ) -> list[bytes]:
-    """What a read_committed consumer gets from offset 0 within ``wait_s`` (stops early once it
-    has ``want`` records)."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers,
-                         "group.id": f"rc-{uuid.uuid4().hex[:6]}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and len(values) < want:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value() or b"")
-    finally:
-        consumer.close()
-    return values
 
 
 def _rows(output: str) -> list[dict[str, str]]:
@@ -123,7 +85,7 @@ def _rows(output: str) -> list[dict[str, str]]:
 def test_find_hanging_then_abort_by_start_offset(pair: DevCluster) -> None:
     topic, producer_id = _hanging_topic(pair, "hang")
     # read_committed consumers are held back at the hanging transaction's first offset
-    assert _committed_values(pair, topic, want=1, wait_s=2) == []
+    assert committed_values(pair, topic, want=1, wait_s=2) == []
 
     found = _loglake(pair, "find-hanging", "--topic", topic)
     assert found.returncode == 0, found.stderr
@@ -157,7 +119,7 @@ def test_find_hanging_then_abort_by_start_offset(pair: DevCluster) -> None:
     assert aborted.returncode == 0, aborted.stderr
     assert aborted.stdout == "" and f"producer {producer_id}" in aborted.stderr
     assert _rows(_loglake(pair, "find-hanging", "--topic", topic).stdout) == []
-    assert _committed_values(pair, topic, want=1, wait_s=30) == [b"after"]
+    assert committed_values(pair, topic, want=1, wait_s=30) == [b"after"]
     # the same offset again: nothing open there any more
     again = _loglake(pair, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
     assert again.returncode == 1
@@ -171,7 +133,7 @@ def test_abort_by_producer_id_and_epochs(pair: DevCluster) -> None:
     aborted = _loglake(pair, "abort", "--topic", topic, "--partition", "0", "--producer-id",
                        str(producer_id), "--producer-epoch", "0", "--coordinator-epoch", "-1")
     assert aborted.returncode == 0, aborted.stderr
-    assert _committed_values(pair, topic, want=1, wait_s=30) == [b"after"]
+    assert committed_values(pair, topic, want=1, wait_s=30) == [b"after"]
     with Admin(pair.bootstrap_servers) as admin:
         assert txns.find_hanging(admin, [(topic, 0)], max_transaction_timeout_ms=0) == []
 
@@ -179,13 +141,7 @@ def test_abort_by_producer_id_and_epochs(pair: DevCluster) -> None:
 def test_a_live_transaction_is_open_but_not_hanging(pair: DevCluster) -> None:
     topic = _topic(pair, "live")
     transactional_id = f"live-{uuid.uuid4().hex[:8]}"
-    producer = Producer({"bootstrap.servers": pair.bootstrap_servers,
-                         "transactional.id": transactional_id,
-                         "transaction.timeout.ms": 60000})
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    producer.produce(topic, b"in-flight", partition=0)
-    producer.flush(30)
+    producer = open_transaction(pair, topic, transactional_id)
     try:
         with Admin(pair.bootstrap_servers) as admin:
             wait_until(lambda: txns.open_transactions(
@@ -284,7 +240,7 @@ def test_kafkas_tool_finds_and_aborts_on_loglake(pair: DevCluster, tmp_path: Pat
     aborted = _kafka_tool(pair, tmp_path, "abort", "--topic", topic, "--partition", "0",
                           "--start-offset", "0")
     assert aborted.returncode == 0, aborted.stderr
-    assert _committed_values(pair, topic, want=1, wait_s=30) == [b"after"]
+    assert committed_values(pair, topic, want=1, wait_s=30) == [b"after"]
     after = _kafka_tool(pair, tmp_path, "find-hanging", "--topic", topic)
     assert after.returncode == 0 and after.stdout.split() == list(
         transactions_cli.HANGING_HEADER)
