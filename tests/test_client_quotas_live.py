@@ -32,10 +32,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
-from loglake.broker.security.scram_credentials import store_user_credential
 from loglake.catalog.entity_configs import EntityConfigStore
 from loglake.dev.harness import DevCluster, wait_until
 from tests.wire import WireClient
+from tests.zk_util import store_scram_users
 
 RATE = 1_000_000
 """N: bytes per second of the limited clients."""
@@ -60,15 +60,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Itera
     }
     with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts,
                     broker_overrides=overrides) as cluster:
-        zk = KazooClient(hosts=cluster.zookeeper_connect, timeout=10)
-        zk.start(timeout=10)
-        try:
-            store = EntityConfigStore(zk)
-            for user, password in USERS.items():
-                store_user_credential(store, user, "SCRAM-SHA-256", password)
-        finally:
-            zk.stop()
-            zk.close()
+        store_scram_users(cluster.zookeeper_connect, USERS)
         yield cluster
 
 

@@ -32,6 +32,7 @@ from loglake.client import (
 from loglake.client.security import read_properties
 from loglake.dev.harness import DevCluster, wait_until
 from loglake.dev.net import free_port_block
+from tests.zk_util import store_scram_users
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -52,22 +53,6 @@ def java_security(dev: DevCluster) -> SecurityConfig:
     """The admin's settings read from the Java-form file (sasl.jaas.config, PEM truststore)."""
     assert dev.info.java_client_properties is not None
     return SecurityConfig.load(dev.info.java_client_properties)
-
-
-def add_user(dev: DevCluster, user: str, password: str) -> None:
-    """A SCRAM-SHA-256 user stored in ZooKeeper (as kafka-configs --zookeeper does)."""
-    from kazoo.client import KazooClient
-
-    from loglake.broker.security.scram_credentials import store_user_credential
-    from loglake.catalog.entity_configs import EntityConfigStore
-
-    zk = KazooClient(hosts=dev.zookeeper_connect, timeout=10)
-    zk.start(timeout=10)
-    try:
-        store_user_credential(EntityConfigStore(zk), user, "SCRAM-SHA-256", password)
-    finally:
-        zk.stop()
-        zk.close()
 
 
 def allow(dev: DevCluster, resource_type: str, name: str, principal: str,
@@ -154,7 +139,7 @@ def test_other_users_are_denied_until_granted(secured: DevCluster) -> None:
     may not write a topic until an ACL allows it."""
     topic = f"deny-{uuid.uuid4().hex[:8]}"
     secured.create_topic(topic, partitions=1, replication_factor=2)
-    add_user(secured, "bob", "bob-secret")
+    store_scram_users(secured.zookeeper_connect, {"bob": "bob-secret"})
     bob = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
            "sasl.username": "bob", "sasl.password": "bob-secret",
            "ssl.ca.location": str(secured.data_dir / "security" / "ca.pem")}

@@ -51,14 +51,12 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from kazoo.client import KazooClient
 
 from loglake import jvm
-from loglake.broker.security.scram_credentials import store_user_credential
-from loglake.catalog.entity_configs import EntityConfigStore
 from loglake.dev.harness import DevCluster
 from tests.java_interop import interop_jar
 from tests.tls_util import TlsFiles, broker_ssl_settings, make_tls_files
+from tests.zk_util import store_scram_users
 
 __all__ = ["interop_jar"]  # the fixture, imported for pytest
 
@@ -186,15 +184,8 @@ def matrix(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> It
     data = tmp_path_factory.mktemp("matrix-cluster")
     with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts,
                     broker_overrides=overrides) as dev:
-        zk = KazooClient(hosts=dev.zookeeper_connect, timeout=10)
-        zk.start(timeout=20)
-        try:
-            store = EntityConfigStore(zk)
-            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-                store_user_credential(store, USER, mechanism, SCRAM_PASSWORD)
-        finally:
-            zk.stop()
-            zk.close()
+        store_scram_users(dev.zookeeper_connect, {USER: SCRAM_PASSWORD},
+                          ("SCRAM-SHA-256", "SCRAM-SHA-512"))
         _grant_alice(dev.bootstrap_servers)
         yield Matrix(dev, tls)
 

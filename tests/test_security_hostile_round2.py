@@ -49,16 +49,14 @@ from typing import Any
 
 import httpx
 import pytest
-from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from loglake.broker.security.sasl_client import sasl_client_authenticate
-from loglake.broker.security.scram_credentials import store_user_credential
-from loglake.catalog.entity_configs import EntityConfigStore
 from loglake.client.security import read_properties
 from loglake.dev.harness import DevCluster, wait_until
 from tests.browser_util import ConsoleProcess
 from tests.wire import WireClient
+from tests.zk_util import store_scram_users
 
 USER, PASSWORD = "mallory-ok", "scram-pw"
 PLAIN_USER, PLAIN_PASSWORD = "pat", "pat-plain"
@@ -108,13 +106,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> I
     }
     with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts,
                     broker_overrides=overrides) as dev:
-        zk = KazooClient(hosts=dev.zookeeper_connect, timeout=10)
-        zk.start(timeout=10)
-        try:
-            store_user_credential(EntityConfigStore(zk), USER, "SCRAM-SHA-256", PASSWORD)
-        finally:
-            zk.stop()
-            zk.close()
+        store_scram_users(dev.zookeeper_connect, {USER: PASSWORD})
         yield Hostile(dev)
 
 

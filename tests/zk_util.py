@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 
 from kazoo.client import KazooClient
+
+from loglake.broker.security.scram_credentials import store_user_credential
+from loglake.catalog.entity_configs import EntityConfigStore
 
 
 def fresh_chroot(hosts: str, prefix: str) -> str:
@@ -31,3 +35,19 @@ def kazoo_client(hosts: str, user: str | None = None, password: str | None = Non
                          connection_retry={"max_tries": 3, "delay": 0.2})
     client.start(timeout=15)
     return client
+
+
+def store_scram_users(zookeeper_connect: str, users: Mapping[str, str],
+                      mechanisms: Iterable[str] = ("SCRAM-SHA-256",)) -> None:
+    """Store each of ``users`` (name -> password) as a SCRAM user of the cluster at
+    ``zookeeper_connect`` for each of ``mechanisms`` (as kafka-configs --zookeeper does)."""
+    client = KazooClient(hosts=zookeeper_connect, timeout=10)
+    client.start(timeout=20)
+    try:
+        store = EntityConfigStore(client)
+        for user, password in users.items():
+            for mechanism in mechanisms:
+                store_user_credential(store, user, mechanism, password)
+    finally:
+        client.stop()
+        client.close()
