@@ -58,6 +58,18 @@ def metrics_urls(dev: DevCluster) -> dict[int, str]:
         catalog.stop()
 
 
+def broker_metrics_url(dev: DevCluster, broker: int = 1) -> str:
+    """``broker``'s metrics URL, once it has published it in ZooKeeper (waits 30 s at most)."""
+    urls: dict[int, str] = {}
+
+    def published() -> bool:
+        urls.update(metrics_urls(dev))
+        return broker in urls
+
+    wait_until(published, 30, f"broker {broker}'s metrics URL in ZooKeeper")
+    return urls[broker]
+
+
 @pytest.fixture(scope="module")
 def metrics_dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
                 ) -> Iterator[DevCluster]:
@@ -69,15 +81,9 @@ def metrics_dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
 
 @pytest.fixture(scope="module")
 def metrics_url(metrics_dev: DevCluster) -> str:
-    urls: dict[int, str] = {}
-
-    def published() -> bool:
-        urls.update(metrics_urls(metrics_dev))
-        return 1 in urls
-
-    wait_until(published, 30, "the broker's metrics URL in ZooKeeper")
-    assert urls[1].startswith("http://127.0.0.1:") and urls[1].endswith("/metrics")
-    return urls[1]
+    url = broker_metrics_url(metrics_dev)
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+    return url
 
 
 def _produce(dev: DevCluster, topic: str, count: int, partitions: int = 1) -> None:

@@ -39,7 +39,7 @@ from loglake.broker.quotas.manager import ClientQuotas
 from loglake.dev.harness import DevCluster, wait_until
 from loglake.errors import ThrottlingQuotaExceededError
 from tests.java_interop import interop_jar, run_scenario
-from tests.test_broker_metrics import metrics_urls, scrape, value
+from tests.test_broker_metrics import broker_metrics_url, scrape, value
 from tests.wire import WireClient
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS, ALTER_QUOTAS = 19, 20, 37, 49
@@ -250,8 +250,7 @@ def test_confluent_admin_is_throttled_not_refused_and_others_unaffected(
 def test_quota_metrics_are_exported(dev: DevCluster) -> None:
     """Strimzi's quota rule names: a throttled producer's byte rate and throttle time, a
     mutation-limited client's mutation rate, tokens and throttle time, refused topics."""
-    urls: dict[int, str] = {}
-    wait_until(lambda: urls.update(metrics_urls(dev)) or 1 in urls, 30, "the metrics URL")
+    url = broker_metrics_url(dev)
     prefix = f"mqm-{uuid.uuid4().hex[:6]}"
     with WireClient.connect(dev.bootstrap_servers, timeout=30) as wire:
         assert _create(wire, [f"{prefix}-t"], 1).topics[0].error_code == ErrorCode.none
@@ -282,7 +281,7 @@ def test_quota_metrics_are_exported(dev: DevCluster) -> None:
             refused_count = sum(t.error_code == ErrorCode.throttling_quota_exceeded
                                 for t in refused.topics)
             assert refused_count >= 1, refused
-            samples = scrape(urls[1])
+            samples = scrape(url)
             produce = {"resource": "Produce", "user": "", "clientId": "metered-producer"}
             assert value(samples, "kafka_server_quota_byte_rate", **produce) > 0
             assert value(samples, "kafka_server_quota_throttle_time", **produce) > 0

@@ -18,7 +18,7 @@ import pytest
 from loglake.broker.security.sasl_client import sasl_client_authenticate
 from loglake.dev.harness import DevCluster, wait_until
 from loglake.errors import SaslAuthenticationError
-from tests.test_broker_metrics import Samples, metrics_urls, scrape, value
+from tests.test_broker_metrics import Samples, broker_metrics_url, scrape, value
 from tests.wire import WireClient
 
 SASL = 100
@@ -43,14 +43,7 @@ def sasl_metrics(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str
     data = tmp_path_factory.mktemp("security-metrics")
     with DevCluster(data / "dev", brokers=1, zookeeper=zookeeper_hosts,
                     broker_overrides=overrides) as dev:
-        urls: dict[int, str] = {}
-
-        def published() -> bool:
-            urls.update(metrics_urls(dev))
-            return 1 in urls
-
-        wait_until(published, 30, "the broker's metrics URL")
-        yield dev, urls[1]
+        yield dev, broker_metrics_url(dev)
 
 
 def _login(wire: WireClient, password: str) -> None:

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from loglake.broker.metrics.transaction_metrics import LoadTimes, MarkerCounts
 from loglake.dev.harness import DevCluster, wait_until
-from tests.test_broker_metrics import metrics_urls, scrape, value
+from tests.test_broker_metrics import broker_metrics_url, scrape, value
 
 COMMIT = "loglake_transaction_markers_written_total"
 STATES = "loglake_transaction_coordinator_transactions"
@@ -37,14 +37,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory, zookeeper_hosts: str) -> Itera
 
 @pytest.fixture(scope="module")
 def url(dev: DevCluster) -> str:
-    found: dict[int, str] = {}
-
-    def published() -> bool:
-        found.update(metrics_urls(dev))
-        return 1 in found
-
-    wait_until(published, 30, "the broker's metrics URL")
-    return found[1]
+    return broker_metrics_url(dev)
 
 
 def _producer(dev: DevCluster, timeout_ms: int = 60000) -> Producer:
