@@ -7,6 +7,8 @@ that removes a ``.deleted`` directory a crash left behind before it opens its re
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from loglake.broker.log_manager import DAMAGED_SUFFIX, DELETED_SUFFIX, LogManager
@@ -33,9 +35,17 @@ def test_delete_renames_at_once_then_removes_in_a_worker(tmp_path: Path) -> None
     directory = _replica(logs, "orders", 0)
 
     async def delete() -> list[str]:
+        # one worker thread, held busy until the listing below is taken: step 2 (the removal
+        # in a worker) cannot finish before it, however fast the box (it did under CI load)
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        listed = threading.Event()
+        held = loop.run_in_executor(None, listed.wait, 30.0)
         removal = logs.delete("orders", 0)
         # step 1 happened before delete() returned: the name is free for a new replica
         names = sorted(p.name for p in tmp_path.iterdir())
+        listed.set()
+        await held
         assert removal is not None
         await removal
         return names
