@@ -47,7 +47,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config(map=spark_configs())
+        .config(map=spark_configs("local[2]"))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -26,8 +26,10 @@ import pytest
 from loglake import jvm
 from loglake.dev.harness import DevCluster
 from loglake.streaming.session import (
+    CLASSPATH_KEY,
     DELTA_SNAPSHOT_PARTITIONS,
     DELTA_SNAPSHOT_PARTITIONS_KEY,
+    is_local_master,
     spark_configs,
 )
 from tests.admin_util import create_topic
@@ -86,10 +88,62 @@ def test_the_set_has_what_delta_the_kafka_connector_and_s3a_need() -> None:
     artifacts = {jvm.artifact_of(jar.name) for jar in jvm.jars("spark")}
     assert {"delta-spark_2.13", "delta-storage", "spark-sql-kafka-0-10_2.13", "kafka-clients",
             "commons-pool2", "hadoop-aws", "bundle"} <= artifacts
-    configs = spark_configs()
-    assert str(configs["spark.sql.catalog.spark_catalog"]).endswith("DeltaCatalog")
-    assert configs[DELTA_SNAPSHOT_PARTITIONS_KEY] == str(DELTA_SNAPSHOT_PARTITIONS)
-    assert sorted(str(configs["spark.jars"]).split(",")) == sorted(jvm.spark_jars())
+    for master in ("local", "local[2]", "local[*]", "local[2,8]", "spark://h:7077", None):
+        configs = spark_configs(master)
+        assert str(configs["spark.sql.catalog.spark_catalog"]).endswith("DeltaCatalog")
+        assert configs[DELTA_SNAPSHOT_PARTITIONS_KEY] == str(DELTA_SNAPSHOT_PARTITIONS)
+        if is_local_master(master):
+            # the only executor is the driver: its classpath, no copy per session
+            assert "spark.jars" not in configs, master
+            classpath = str(configs[CLASSPATH_KEY]).split(os.pathsep)
+            assert sorted(classpath) == sorted(jvm.spark_jars())
+        else:
+            # executors elsewhere get the jars shipped
+            assert CLASSPATH_KEY not in configs, master
+            assert sorted(str(configs["spark.jars"]).split(",")) == sorted(jvm.spark_jars())
+
+
+_LOCAL_SESSION = textwrap.dedent("""
+    import json, sys
+    from loglake.streaming.session import delta_enabled, s3a_available
+    from loglake.streaming.sql_cli import quiet_session
+    spark = quiet_session("local[1]")
+    table = sys.argv[1]
+    spark.range(5).write.format("delta").save(table)
+    result = {
+        "delta": delta_enabled(spark),
+        "s3a": s3a_available(spark),
+        "rows": spark.read.format("delta").load(table).count(),
+        "history": spark.sql(f"DESCRIBE HISTORY delta.`{table}`").count(),
+        "kafka": spark._jvm.java.lang.Class.forName(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider").getName(),
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+    spark.stop()
+""")
+
+
+@needs_spark_set
+@pytest.mark.xdist_group("spark")
+def test_a_local_session_uses_the_jars_without_copying_them(tmp_path: Path) -> None:
+    """Regression: with ``spark.jars`` every local session copied each jar (700 MB of AWS SDK)
+    into its temporary directory, and sessions of killed processes left theirs behind, which
+    filled a CI disk. A local session now loads them from the driver's classpath."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch)}
+    done = subprocess.run([sys.executable, "-c", _LOCAL_SESSION, str(tmp_path / "t")],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")] or [""]
+    assert done.returncode == 0 and line, done.stderr[-3000:]
+    result = json.loads(line.removeprefix("RESULT "))
+    assert result == {"delta": True, "s3a": True, "rows": 5, "history": 1,
+                      "kafka": "org.apache.spark.sql.kafka010.KafkaSourceProvider"}
+    copied = [path for path in scratch.rglob("*.jar")]
+    assert copied == [], copied
+    used = sum(path.stat().st_size for path in scratch.rglob("*") if path.is_file())
+    assert used < 20_000_000, used
 
 
 def test_an_empty_jvm_dir_means_no_spark_settings(tmp_path: Path,

@@ -1,5 +1,6 @@
 """The settings every SparkSession loglake builds carries: the fetched JVM jars (delta-spark,
-Spark's Kafka connector, hadoop-aws; see :mod:`loglake.jvm`) and, when delta-spark is among them,
+Spark's Kafka connector, hadoop-aws; see :mod:`loglake.jvm`; on the driver's classpath for a
+local master, else shipped with ``spark.jars``) and, when delta-spark is among them,
 Delta's SQL extension and catalog on ``spark_catalog``; and the Hadoop settings that let Spark
 read the tier storage itself (s3a).
 
@@ -26,6 +27,7 @@ session conf entries (idempotent; safe to repeat from any driver thread).
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from loglake import jvm
@@ -46,18 +48,37 @@ and building a snapshot took 6x longer; loglake's tables have one add action per
 (thousands, not millions), which a few partitions hold easily. Set it after
 :func:`spark_configs` to override."""
 S3A_ARTIFACT = "hadoop-aws"
+CLASSPATH_KEY = "spark.driver.extraClassPath"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 SparkConfValue = bool | float | int | str | None
 """What ``SparkSession.builder.config(map=...)`` takes as values (loglake only puts strings)."""
 
 
-def spark_configs() -> dict[str, SparkConfValue]:
-    """``spark.*`` settings to pass to ``SparkSession.builder.config`` before ``getOrCreate``."""
+def is_local_master(master: str | None) -> bool:
+    """True for Spark's in-process masters (``local``, ``local[N]``, ``local[N,F]``,
+    ``local[*]``): the driver JVM is the only executor."""
+    return master is not None and (master == "local" or master.startswith("local["))
+
+
+def spark_configs(master: str | None = None) -> dict[str, SparkConfValue]:
+    """``spark.*`` settings to pass to ``SparkSession.builder.config`` before ``getOrCreate``.
+
+    With a local ``master`` (:func:`is_local_master`) the jars go on the driver's classpath
+    (``spark.driver.extraClassPath``, read when the JVM starts), which is the only executor. With
+    any other master (or None: unknown) they go in ``spark.jars``, which Spark ships to every
+    executor; it also copies each jar into the session's temporary directory (``userFiles``),
+    700 MB per session for the AWS SDK bundle, left behind when the process is killed, which is
+    why local sessions do not use it.
+    """
     jars = jvm.spark_jars()
     if not jars:
         return {}
-    configs: dict[str, SparkConfValue] = {"spark.jars": ",".join(jars)}
+    configs: dict[str, SparkConfValue]
+    if is_local_master(master):
+        configs = {CLASSPATH_KEY: os.pathsep.join(jars)}
+    else:
+        configs = {"spark.jars": ",".join(jars)}
     if any(jvm.artifact_of(path.rsplit("/", 1)[-1]) == "delta-spark_2.13" for path in jars):
         configs["spark.sql.extensions"] = DELTA_EXTENSION
         configs["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
@@ -73,10 +94,12 @@ def delta_enabled(spark: SparkSession) -> bool:
 
 
 def s3a_available(spark: SparkSession) -> bool:
-    """True when ``spark`` was started with hadoop-aws on its classpath (so ``s3a://`` reads)."""
-    jars = spark.conf.get("spark.jars", "") or ""
-    return any(jvm.artifact_of(path.rsplit("/", 1)[-1]) == S3A_ARTIFACT
-               for path in jars.split(",") if path)
+    """True when ``spark`` was started with hadoop-aws on its classpath (so ``s3a://`` reads),
+    through ``spark.jars`` or the driver's extra classpath."""
+    shipped = (spark.conf.get("spark.jars", "") or "").split(",")
+    classpath = (spark.conf.get(CLASSPATH_KEY, "") or "").split(os.pathsep)
+    return any(jvm.artifact_of(os.path.basename(path)) == S3A_ARTIFACT
+               for path in shipped + classpath if path)
 
 
 def spark_uri(storage: Storage, uri: str) -> str:

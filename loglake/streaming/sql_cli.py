@@ -205,7 +205,7 @@ def quiet_session(master: str) -> SparkSession:
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
-            .config(map=spark_configs())
+            .config(map=spark_configs(master))
             .getOrCreate()
         )
     finally:
