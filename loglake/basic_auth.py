@@ -15,8 +15,9 @@ Cache: a successful check is remembered for :data:`CACHE_TTL_S` seconds keyed by
 a SHA-256 of the password (never the password itself), so a client does not pay 4096 PBKDF2
 rounds and a ZooKeeper read per request. A user name without any SCRAM credential is
 remembered as unknown for :data:`NEGATIVE_TTL_S` seconds (a flood of made-up names costs no
-ZooKeeper read each; a user created meanwhile may log in once that passes). Wrong passwords of
-known users are not cached. Each cache holds at most :data:`CACHE_SIZE` entries (expired ones
+ZooKeeper read each; a user created meanwhile may log in once that passes), and its refusal
+still computes a known user's PBKDF2 work, so response times do not tell which user names
+exist. Wrong passwords of known users are not cached. Each cache holds at most :data:`CACHE_SIZE` entries (expired ones
 are dropped first, then all).
 
 Failed logins (:class:`LoginLimiter`; :func:`check_login` is the whole check both web apps'
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from loglake.broker.security.scram_credentials import (
+    DEFAULT_ITERATIONS,
     EntityConfigs,
     credential_from_salted_password,
     salted_password,
@@ -139,8 +141,12 @@ class ScramAuthenticator:
 
     def check(self, user: str, password: str) -> str | None:
         """The matching mechanism, checked against ZooKeeper now (only the unknown-user
-        cache is consulted)."""
-        if not user or not password or not self._known(user):
+        cache is consulted). An unknown user costs the PBKDF2 work of a known one
+        (:func:`_decoy_work`), so the answer's timing does not tell which names exist."""
+        if not user or not password:
+            return None
+        if not self._known(user):
+            _decoy_work(password)
             return None
         stored_all = user_credentials(self._configs, user)
         if not stored_all:
@@ -148,6 +154,7 @@ class ScramAuthenticator:
             with self._lock:
                 self._unknown = _bounded(self._unknown, now, expiry=lambda v: v)
                 self._unknown[user] = now + self._negative_ttl
+            _decoy_work(password)
             return None
         for mechanism in sorted(stored_all, reverse=True):  # SCRAM-SHA-512 first
             stored = stored_all[mechanism]
@@ -157,6 +164,18 @@ class ScramAuthenticator:
             if hmac.compare_digest(computed.stored_key, stored.stored_key):
                 return mechanism
         return None
+
+
+DECOY_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+"""What a refused login of an unknown user computes: what a wrong password of a user with both
+credentials at Kafka's default iterations costs (``loglake users create`` stores both)."""
+_DECOY_SALT = b"loglake-unknown-user"
+
+
+def _decoy_work(password: str) -> None:
+    """Spend a known user's PBKDF2 cost on ``password`` and discard the result (timing only)."""
+    for mechanism in DECOY_MECHANISMS:
+        salted_password(mechanism, password, _DECOY_SALT, DEFAULT_ITERATIONS)
 
 
 def _bounded(cache: dict[K, V], now: float, expiry: Callable[[V], float]) -> dict[K, V]:

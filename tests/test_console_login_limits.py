@@ -147,6 +147,35 @@ def test_unknown_users_are_remembered_briefly(zk: KazooClient) -> None:
     assert auth.cached("mallory", "wrong") is None
 
 
+def test_an_unknown_user_costs_the_pbkdf2_work_of_a_known_one(
+        zk: KazooClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refusing a made-up name must not be faster than refusing a real user's wrong password
+    (a timing oracle for which user names exist): both derive the same PBKDF2 keys. Counted,
+    not timed: every derivation goes through the real function, recorded on the way."""
+    import loglake.basic_auth as basic_auth
+
+    derived: list[tuple[str, int]] = []
+    real = basic_auth.salted_password
+
+    def counted(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+        derived.append((mechanism, iterations))
+        return real(mechanism, password, salt, iterations)
+
+    monkeypatch.setattr(basic_auth, "salted_password", counted)
+    store = EntityConfigStore(zk)
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        store_user_credential(store, "alice", mechanism, "alice-secret")
+    auth = ScramAuthenticator(store, clock=Clock())
+
+    assert auth.verify("alice", "wrong") is False
+    known = sorted(derived)
+    assert known == [("SCRAM-SHA-256", 4096), ("SCRAM-SHA-512", 4096)]
+    for attempt in range(2):  # first read from ZooKeeper, then from the unknown-user cache
+        derived.clear()
+        assert auth.verify("nobody", "wrong") is False, attempt
+        assert sorted(derived) == known, attempt
+
+
 # ---- real HTTP -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
