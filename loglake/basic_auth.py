@@ -17,8 +17,8 @@ rounds and a ZooKeeper read per request. A user name without any SCRAM credentia
 remembered as unknown for :data:`NEGATIVE_TTL_S` seconds (a flood of made-up names costs no
 ZooKeeper read each; a user created meanwhile may log in once that passes), and its refusal
 still computes a known user's PBKDF2 work, so response times do not tell which user names
-exist. Wrong passwords of known users are not cached. Each cache holds at most :data:`CACHE_SIZE` entries (expired ones
-are dropped first, then all).
+exist. Wrong passwords of known users are not cached. Each cache holds at most
+:data:`CACHE_SIZE` entries (expired ones are dropped first, then all).
 
 Failed logins (:class:`LoginLimiter`; :func:`check_login` is the whole check both web apps'
 middlewares run): failures are counted per
