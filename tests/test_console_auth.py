@@ -20,6 +20,7 @@ brokers that answer are listed, with a line saying a broker did not answer, inst
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import ssl
 import uuid
@@ -34,11 +35,13 @@ from loglake.broker.security.scram_credentials import store_user_credential
 from loglake.catalog.acls import AclStore
 from loglake.catalog.entity_configs import EntityConfigStore
 from loglake.catalog.job_runs import JobRun, JobRunStore
+from loglake.catalog.schemas import SchemaStore
 from loglake.client import Admin, Consumer, GroupDescription, GroupMember, SecurityConfig
 from loglake.client.security import read_properties
 from loglake.console.admin_requests import describe_quotas
 from loglake.console.groups import hide_topics, visible_lag_key
 from loglake.console.jobs import visible_runs
+from loglake.console.schemas import subject_topic
 from loglake.dev import secure
 from loglake.dev.harness import DevCluster, wait_until
 from tests.browser_util import ConsoleProcess
@@ -351,6 +354,42 @@ def test_overview_jobs_and_tiering_chart_show_alice_only_her_topics(console: Con
     with console.alice() as http:
         labels = _labels(http, "/charts/tiering")
         assert mine in labels and other not in labels, labels
+
+
+def test_schemas_of_topics_alice_may_not_describe_are_hidden(console: Console) -> None:
+    tag = uuid.uuid4().hex[:8]
+    mine, other, absent = f"alice-{tag}", f"other-{tag}", f"nowhere-{tag}"
+    _create(console, mine)
+    _create(console, other)
+    record = f"com.example.Rec{tag}"  # a record-name subject: names no topic
+    zk = _zk(console.dev)
+    try:  # as a registry stores them; one schema under all four subjects
+        store = SchemaStore(zk)
+        schema_id = store.ensure_id(
+            "AVRO", json.dumps({"type": "record", "name": f"R{tag}", "fields": []}))
+        for subject in (f"{mine}-value", f"{other}-value", f"{absent}-key", record):
+            store.create_version(subject, 1, schema_id)
+    finally:
+        zk.stop()
+        zk.close()
+    with console.admin() as http:
+        table = http.get("/fragments/schemas").text
+        assert all(s in table for s in (f"{mine}-value", f"{other}-value", f"{absent}-key",
+                                        record)), table
+        assert f"{other}-value" in http.get(f"/schemas/subjects/{mine}-value").text
+    with console.alice() as http:
+        for path in ("/schemas", "/fragments/schemas"):
+            table = http.get(path).text
+            assert f"{mine}-value" in table and record in table, path
+            assert f"{absent}-key" in table, path  # no such topic: hides nothing
+            assert f"{other}-value" not in table, path
+        same_id = http.get(f"/schemas/subjects/{mine}-value")
+        assert same_id.status_code == 200 and record in same_id.text
+        assert f"{other}-value" not in same_id.text
+        hidden = http.get(f"/schemas/subjects/{other}-value")
+        assert hidden.status_code == 403 and "TOPIC_AUTHORIZATION_FAILED" in hidden.text
+    assert subject_topic("orders-value") == "orders" and subject_topic("a-b-key") == "a-b"
+    assert subject_topic("com.example.Order") is None and subject_topic("-value") is None
 
 
 # ---- the groups page while a broker is dead -------------------------------------------------

@@ -12,6 +12,13 @@ Routes:
   versions (id, type, soft-deleted), the chosen version's schema text (JSON pretty-printed),
   its references and the subjects/versions that use the same id.
 
+A logged-in user (``--basic-auth``) is not shown the subjects of topics their Metadata hides:
+a subject named by Confluent's default TopicNameStrategy (``<topic>-key``, ``<topic>-value``)
+whose topic exists but is not among :meth:`ConsoleContext.visible_topics` is left out of the
+table and of a schema's "same id" list, and its page is a 403 TOPIC_AUTHORIZATION_FAILED, as
+the topic's own page is. Other subjects (record-name strategies, subjects of topics that do not
+exist) name no topic the user may not see and are shown.
+
 Bad input: an unknown subject or version is a 404, a malformed version or an over-long subject
 a 400, each with a message. Schema text is escaped by the templates (a schema is shown as text,
 never markup).
@@ -43,6 +50,8 @@ from loglake.schemas.model import RegisteredSchema, SubjectVersion
 MAX_SUBJECTS = 500
 """Subjects listed (sorted by name)."""
 MAX_SUBJECT_LENGTH = 1000
+TOPIC_SUBJECT_SUFFIXES = ("-key", "-value")
+"""How Confluent's TopicNameStrategy names a topic's subjects."""
 DEFAULT_COMPATIBILITY = "BACKWARD"
 """The registry's level while none is set (``loglake registry --default-compatibility``)."""
 
@@ -109,11 +118,38 @@ def _store(ctx: ConsoleContext) -> SchemaStore:
     return SchemaStore(ctx.catalog().zk)
 
 
+def subject_topic(subject: str) -> str | None:
+    """The topic a TopicNameStrategy subject names (``orders-value`` -> ``orders``), else None
+    (pure)."""
+    for suffix in TOPIC_SUBJECT_SUFFIXES:
+        if subject.endswith(suffix) and len(subject) > len(suffix):
+            return subject[:-len(suffix)]
+    return None
+
+
+def subject_hidden(subject: str, hidden_topics: set[str] | None) -> bool:
+    """True when ``subject`` names one of ``hidden_topics`` (None: nothing is hidden; pure)."""
+    if not hidden_topics:
+        return False
+    topic = subject_topic(subject)
+    return topic is not None and topic in hidden_topics
+
+
+def hidden_topics(ctx: ConsoleContext) -> set[str] | None:
+    """The existing topics the logged-in user may not describe; None without a login
+    (blocking)."""
+    visible = ctx.visible_topics()
+    if visible is None:
+        return None
+    return set(ctx.catalog().topic_names()) - visible
+
+
 def overview(ctx: ConsoleContext) -> SchemasView:
     """The subjects table (blocking)."""
     store = _store(ctx)
     global_level = store.compatibility(None)
-    names = store.subjects()
+    hidden = hidden_topics(ctx)
+    names = [name for name in store.subjects() if not subject_hidden(name, hidden)]
     rows = []
     types: dict[int, str | None] = {}
     for subject in names[:MAX_SUBJECTS]:
@@ -135,11 +171,15 @@ def overview(ctx: ConsoleContext) -> SchemasView:
 
 
 def subject_view(ctx: ConsoleContext, subject: str, version: int | None) -> SubjectView | None:
-    """One subject (blocking; None: no such subject or version)."""
+    """One subject (blocking; None: no such subject or version; TOPIC_AUTHORIZATION_FAILED
+    for the subject of a topic the logged-in user may not describe)."""
     store = _store(ctx)
     versions = store.versions(subject)
     if not versions:
         return None
+    hidden = hidden_topics(ctx)
+    if subject_hidden(subject, hidden):
+        ctx.check_topic_visible(subject_topic(subject) or subject)
     if version is None:
         live = [v for v in versions if not v.deleted]
         chosen = live[-1] if live else versions[-1]
@@ -150,7 +190,8 @@ def subject_view(ctx: ConsoleContext, subject: str, version: int | None) -> Subj
         chosen = match[0]
     schema = store.schema(chosen.id)
     same = [v for v in store.subjects_of_id(chosen.id)
-            if (v.subject, v.version) != (chosen.subject, chosen.version)]
+            if (v.subject, v.version) != (chosen.subject, chosen.version)
+            and not subject_hidden(v.subject, hidden)]
     return SubjectView(subject, versions, chosen, schema, pretty(schema),
                        compatibility_in_force(store.compatibility(subject),
                                               store.compatibility(None)), same)
