@@ -162,3 +162,11 @@ def test_the_rules_see_imports() -> None:
     assert "loglake.broker.broker" in _imports(PACKAGE / "broker" / "main.py")
     assert _offenders("broker", "loglake.broker.broker") == [
         "broker/main.py: loglake.broker.broker, loglake.broker.broker.Broker"]
+
+
+def test_keystores_is_a_leaf() -> None:
+    """``loglake/keystores.py`` is shared by the broker, the SDK/CLI, the catalog and dev code,
+    so it imports nothing of loglake's but the errors."""
+    hits = sorted(name for name in _imports(PACKAGE / "keystores.py")
+                  if name.startswith("loglake") and not name.startswith("loglake.errors"))
+    assert hits == []
