@@ -476,6 +476,17 @@ def _choice(*choices: str, lower: bool = False) -> Callable[[str], str]:
     return parse
 
 
+STORE_TYPES = ("JKS", "PKCS12", "PEM", "JCEKS")
+
+
+def _store_type(text: str) -> str | None:
+    """``ssl.keystore.type`` / ``ssl.truststore.type``: any case; empty: not set."""
+    value = text.strip().upper()
+    if value and value not in STORE_TYPES:
+        raise InvalidConfigError(f"{text!r} is not one of: {', '.join(STORE_TYPES[:3])}")
+    return value or None
+
+
 TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
 
 
@@ -605,20 +616,41 @@ class BrokerConfig:
         "protocol (the listener of that name), when inter.broker.listener.name is not set "
         "(neither: PLAINTEXT).", _protocol, None)
     ssl_keystore_location: str | None = _setting(
-        "ssl.keystore.location", "PEM file with the private key and the certificate chain "
-        "(leaf first) of TLS listeners.", _optional, None)
-    ssl_keystore_type: str = _setting(
-        "ssl.keystore.type", "Only PEM (JKS and PKCS12 keystores: convert them to PEM).",
-        _choice("PEM"), "PEM")
+        "ssl.keystore.location", "The location of the key store file: the private key and the "
+        "certificate chain (leaf first) of TLS listeners and of the broker's own inter-broker "
+        "connections (PEM, PKCS12 or JKS: see ssl.keystore.type).", _optional, None)
+    ssl_keystore_type: str | None = _setting(
+        "ssl.keystore.type", "The file format of the key store file: JKS, PKCS12 or PEM "
+        "(Kafka's values; JCEKS is read too). Not set: decided by the file's content (Kafka "
+        "would assume JKS).", _store_type, None)
+    ssl_keystore_password: str | None = _setting(
+        "ssl.keystore.password", "The store password for the key store file; needed for JKS "
+        "and PKCS12 keystores, not used for PEM.", _optional, None)
     ssl_key_password: str | None = _setting(
-        "ssl.key.password", "Password of the keystore's encrypted private key (none: not "
+        "ssl.key.password", "The password of the private key in the key store file or the PEM "
+        "key specified in ssl.keystore.key (JKS: not set means the store password; none: not "
         "encrypted).", _optional, None)
+    ssl_keystore_key: str | None = _setting(
+        "ssl.keystore.key", "Private key in PEM format (PKCS#8; encrypted: set "
+        "ssl.key.password), with ssl.keystore.certificate.chain, instead of "
+        "ssl.keystore.location (KIP-651).", _optional, None)
+    ssl_keystore_certificate_chain: str | None = _setting(
+        "ssl.keystore.certificate.chain", "Certificate chain in PEM format (X.509 "
+        "certificates, leaf first) for ssl.keystore.key.", _optional, None)
     ssl_truststore_location: str | None = _setting(
-        "ssl.truststore.location", "PEM bundle of the CA certificates trusted for client "
-        "certificates (and, inter-broker, for other brokers' certificates; none: the system's "
-        "CAs).", _optional, None)
-    ssl_truststore_type: str = _setting(
-        "ssl.truststore.type", "Only PEM.", _choice("PEM"), "PEM")
+        "ssl.truststore.location", "The location of the trust store file: the CA certificates "
+        "trusted for client certificates (and, inter-broker, for other brokers' certificates; "
+        "none: the system's CAs).", _optional, None)
+    ssl_truststore_type: str | None = _setting(
+        "ssl.truststore.type", "The file format of the trust store file: JKS, PKCS12 or PEM. "
+        "Not set: decided by the file's content (Kafka would assume JKS).", _store_type, None)
+    ssl_truststore_password: str | None = _setting(
+        "ssl.truststore.password", "The password for the trust store file. If a password is "
+        "not set, a JKS trust store is still used, but integrity checking is disabled; not "
+        "used for PEM.", _optional, None)
+    ssl_truststore_certificates: str | None = _setting(
+        "ssl.truststore.certificates", "Trusted certificates in PEM format, instead of "
+        "ssl.truststore.location (KIP-651).", _optional, None)
     ssl_client_auth: str = _setting(
         "ssl.client.auth", "Client certificates on TLS listeners: none, requested (verified if "
         "sent) or required.", _choice("none", "requested", "required", lower=True), "none")

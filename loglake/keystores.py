@@ -133,6 +133,14 @@ def _read(location: str, setting: str, where: str | None) -> bytes:
             f"{_where(setting, location, where)} cannot be read: {exc.strerror}") from None
 
 
+def store_type_of(location: str, store_type: str | None, *, setting: str,
+                  where: str | None = None) -> str:
+    """The type of the store file at ``location``: ``store_type`` when set (checked), else
+    sniffed from the content. Raises :class:`InvalidConfigError` for a missing file."""
+    declared = normalize_type(store_type, setting=setting, where=where)
+    return declared if declared is not None else sniff_type(_read(location, setting, where))
+
+
 def _store_type(data: bytes, store_type: str | None, setting: str, where: str | None) -> str:
     declared = normalize_type(store_type, setting=setting, where=where)
     return sniff_type(data) if declared is None else declared

@@ -75,7 +75,7 @@ def test_named_listeners_and_per_listener_settings() -> None:
     ({"listener.security.protocol.map": "PLAINTEXT:TLS"}, "unknown security protocol"),
     ({"ssl.enabled.protocols": "TLSv1.1,TLSv1.2"}, "TLS 1.0 and 1.1 are refused"),
     ({"ssl.client.auth": "maybe"}, "not one of"),
-    ({"ssl.keystore.type": "JKS"}, "not one of"),
+    ({"ssl.keystore.type": "BKS"}, "not one of"),
     ({"listener.name.plaintext.ssl.client.auth": "maybe"}, "listener.name.plaintext"),
 ])
 def test_listener_config_refusals(props: dict[str, str], message: str) -> None:
