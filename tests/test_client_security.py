@@ -116,10 +116,10 @@ def test_librdkafka_names_and_plain_login_module() -> None:
      "security.protocol is PLAINTEXT"),
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u",
       "sasl.password": "p", "ssl.ca.location": "ca.pem"}, "TLS settings"),
-    ({"security.protocol": "SSL", "ssl.truststore.location": "t.jks",
-      "ssl.truststore.type": "JKS"}, "only PEM"),
-    ({"security.protocol": "SSL", "ssl.keystore.location": "k.jks",
-      "ssl.keystore.type": "JKS"}, "PEM or PKCS12"),
+    ({"security.protocol": "SSL", "ssl.truststore.location": "t.bks",
+      "ssl.truststore.type": "BKS"}, "ssl.truststore.type: unknown store type 'BKS'"),
+    ({"security.protocol": "SSL", "ssl.keystore.location": "k.bks",
+      "ssl.keystore.type": "BKS"}, "ssl.keystore.type: unknown store type 'BKS'"),
     ({"security.protocol": "SSL", "ssl.certificate.location": "c.pem"}, "ssl.key.location"),
 ])
 def test_unusable_settings_are_refused_with_the_reason(props: dict[str, str], words: str

@@ -19,9 +19,12 @@ librdkafka's, mixed freely:
                                      ScramLoginModule required username="u" password="p";``
                                      (``...plain.PlainLoginModule`` for PLAIN). Other login
                                      modules (Kerberos, OAuth) are refused.
-``ssl.ca.location`` /                PEM file of the CA certificates to trust (Java: with
-``ssl.truststore.location``          ``ssl.truststore.type=PEM``; JKS/PKCS12 truststores are
-                                     refused: convert them to PEM); default: the system's CAs
+``ssl.ca.location``                  PEM file of the CA certificates to trust (librdkafka)
+``ssl.truststore.location``,         Java: the truststore: PEM bundle, PKCS12 or JKS store
+``ssl.truststore.type``,             (type not set: decided by the file's content;
+``ssl.truststore.password``          PKCS12/JKS are read by :mod:`loglake.keystores` into
+                                     PEM, for librdkafka as ``ssl.ca.pem``); default: the
+                                     system's CAs
 ``ssl.truststore.certificates``      inline PEM CA certificates (Java, type PEM) =
                                      librdkafka's ``ssl.ca.pem``
 ``ssl.certificate.location``,        client certificate (chain) and private key in PEM
@@ -29,8 +32,12 @@ librdkafka's, mixed freely:
 ``ssl.key.password``
 ``ssl.keystore.location``            Java: with ``ssl.keystore.type=PEM`` one PEM file holding
                                      the key and the certificate chain (used as both of the
-                                     above); with ``PKCS12`` (Java's default type here, JKS is
-                                     refused) a PKCS#12 file with ``ssl.keystore.password``
+                                     above); with ``PKCS12`` a PKCS#12 file with
+                                     ``ssl.keystore.password`` (librdkafka reads it itself);
+                                     with ``JKS`` a Java keystore with
+                                     ``ssl.keystore.password`` and ``ssl.key.password`` (read
+                                     into inline PEM); type not set: decided by the file's
+                                     content (PKCS12 when it cannot be read)
 ``ssl.keystore.certificate.chain``,  inline PEM (Java, type PEM) = librdkafka's
 ``ssl.keystore.key``                 ``ssl.certificate.pem`` / ``ssl.key.pem``
 ``ssl.endpoint.identification.``     ``https`` (default: the broker's certificate must name
@@ -39,17 +46,20 @@ librdkafka's, mixed freely:
 
 Schema registry settings (``schema.registry.*``, ``basic.auth.*``: see
 :mod:`loglake.client.schema_registry`) may share the file and are left out here.
-Keys of the Java client with no librdkafka counterpart that do not change what a client does
-(``ssl.truststore.type``, ``ssl.keystore.type``, ``ssl.protocol``, ``ssl.enabled.protocols``,
-``*.serializer``, ...: :data:`IGNORED_JAVA_KEYS`) are dropped; every other key is kept in
-:attr:`SecurityConfig.other` and passed to librdkafka unchanged (it refuses keys it does not
-know, naming them). Paths are used as given (relative ones from the working directory, as
-Kafka's tools do).
+Keys of the Java client with no librdkafka counterpart (``ssl.truststore.type``,
+``ssl.keystore.type``, ``ssl.truststore.password``: read above, then dropped; ``ssl.protocol``,
+``ssl.enabled.protocols``, ``*.serializer``, ...: :data:`IGNORED_JAVA_KEYS`) are dropped;
+every other key is kept in :attr:`SecurityConfig.other` and passed to librdkafka unchanged (it
+refuses keys it does not know, naming them). Paths are used as given (relative ones from the
+working directory, as Kafka's tools do).
 
 Clients connect with TLS 1.2 or newer. :class:`SecurityConfig` is immutable and picklable
 (Spark ships it to workers); it holds passwords, so its ``repr`` leaves them out. Parsing does no
 I/O except :func:`read_properties` and :meth:`SecurityConfig.load`; :meth:`ssl_context` reads
-the files it names. Thread-safe (no shared state).
+the files it names, and :meth:`librdkafka` reads JKS/PKCS12 truststores, JKS keystores and
+keystores or truststores without a type (to learn it). An unusable store (wrong password, no key
+entry, unknown type, missing file) raises :class:`SecurityConfigError` with one line naming the
+setting. Thread-safe (no shared state).
 """
 
 from __future__ import annotations
@@ -67,7 +77,8 @@ from typing import Any, Literal
 
 from kio.schema.errors import ErrorCode
 
-from loglake.errors import LoglakeError
+from loglake import keystores
+from loglake.errors import InvalidConfigError, LoglakeError
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 PROTOCOLS: tuple[Protocol, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -87,8 +98,8 @@ IGNORED_JAVA_KEYS = frozenset({
     "sasl.login.callback.handler.class",
     "key.serializer", "value.serializer", "key.deserializer", "value.deserializer",
 })
-"""Java client keys with no librdkafka counterpart that are safe to drop (types are checked
-where they matter: a keystore or truststore type other than PEM/PKCS12 is refused)."""
+"""Java client keys with no librdkafka counterpart that are safe to drop (the store types and
+the truststore password are read by :func:`_tls` first)."""
 
 _SECURITY_KEYS = frozenset({
     "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
@@ -140,8 +151,14 @@ class SecurityConfig:
     certificate_pem: str | None = field(default=None, repr=False)
     key_pem: str | None = field(default=None, repr=False)
     keystore_location: str | None = None
-    """A PKCS#12 keystore (key + certificate chain)."""
+    """A PKCS#12 or JKS keystore (key + certificate chain)."""
     keystore_password: str | None = field(default=None, repr=False)
+    keystore_type: str | None = None
+    """``PKCS12``, ``JKS``, ``JCEKS`` or None (not set: decided by the file's content)."""
+    truststore_type: str | None = None
+    """The type of the truststore at :attr:`ca_location` (``PEM``, ``PKCS12``, ``JKS``,
+    ``JCEKS``; None: decided by the content when it is a file)."""
+    truststore_password: str | None = field(default=None, repr=False)
     verify_hostname: bool = True
     other: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Keys this module does not translate, for librdkafka unchanged."""
@@ -197,8 +214,55 @@ class SecurityConfig:
     def uses_sasl(self) -> bool:
         return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
+    def with_stores_read(self) -> SecurityConfig:
+        """This config with JKS/PKCS12 truststores read into :attr:`ca_pem`, JKS keystores
+        into :attr:`certificate_pem`/:attr:`key_pem` and untyped stores' types decided by
+        their content (a PEM keystore becomes the certificate and key location; a PKCS12
+        keystore stays, librdkafka reads it). Reads files; raises SecurityConfigError."""
+        if not self.uses_tls:
+            return self
+        try:
+            return self._read_stores()
+        except InvalidConfigError as exc:
+            raise SecurityConfigError(exc.message) from None
+
+    def _read_stores(self) -> SecurityConfig:
+        values: dict[str, Any] = {}
+        trust_type = self.truststore_type
+        if self.ca_location is not None and trust_type is None and os.path.isfile(
+                self.ca_location):
+            trust_type = keystores.store_type_of(self.ca_location, None,
+                                                 setting="ssl.truststore.location")
+        if self.ca_location is not None and trust_type not in (None, keystores.PEM):
+            bundle = keystores.read_truststore(self.ca_location, trust_type,
+                                               self.truststore_password).decode()
+            values.update(ca_location=None, truststore_type=None,
+                          ca_pem=bundle if self.ca_pem is None else self.ca_pem + "\n" + bundle)
+        key_type = self.keystore_type
+        if self.keystore_location is not None and key_type is None:
+            key_type = (keystores.store_type_of(self.keystore_location, None,
+                                                setting="ssl.keystore.location")
+                        if os.path.isfile(self.keystore_location) else keystores.PKCS12)
+        if self.keystore_location is not None and key_type == keystores.PEM:
+            values.update(certificate_location=self.keystore_location,
+                          key_location=self.keystore_location, keystore_location=None,
+                          keystore_password=None, keystore_type=None)
+        elif self.keystore_location is not None and key_type in (keystores.JKS, keystores.JCEKS):
+            material = keystores.read_keystore(self.keystore_location, key_type,
+                                               self.keystore_password, self.key_password)
+            values.update(certificate_pem=material.chain_pem.decode(),
+                          key_pem=material.key_pem.decode(), key_password=None,
+                          keystore_location=None, keystore_password=None, keystore_type=None)
+        return dataclasses.replace(self, **values) if values else self
+
     def librdkafka(self) -> dict[str, str]:
-        """The librdkafka (confluent-kafka) settings: translated keys, then :attr:`other`."""
+        """The librdkafka (confluent-kafka) settings: translated keys, then :attr:`other`
+        (stores librdkafka cannot read are read first: :meth:`with_stores_read`)."""
+        if self.uses_tls:
+            return self.with_stores_read()._librdkafka()
+        return self._librdkafka()
+
+    def _librdkafka(self) -> dict[str, str]:
         config: dict[str, str] = {}
         if self.protocol != "PLAINTEXT":
             config["security.protocol"] = self.protocol
@@ -231,18 +295,23 @@ class SecurityConfig:
         Reads the files named; raises :class:`SecurityConfigError` when one cannot be used."""
         if not self.uses_tls:
             return None
+        stores = self.with_stores_read()
         try:
-            if self.ca_location is not None or self.ca_pem is not None:
-                context = ssl.create_default_context(cafile=self.ca_location,
-                                                     cadata=self.ca_pem)
+            if stores.ca_location is not None or stores.ca_pem is not None:
+                context = ssl.create_default_context(cafile=stores.ca_location,
+                                                     cadata=stores.ca_pem)
             else:
                 context = ssl.create_default_context()
             context.minimum_version = ssl.TLSVersion.TLSv1_2
-            context.check_hostname = self.verify_hostname
-            if self.certificate_location is not None or self.certificate_pem is not None:
-                _load_pem_chain(context, self)
-            elif self.keystore_location is not None:
-                _load_pkcs12(context, self.keystore_location, self.keystore_password)
+            context.check_hostname = stores.verify_hostname
+            if stores.certificate_location is not None or stores.certificate_pem is not None:
+                _load_pem_chain(context, stores)
+            elif stores.keystore_location is not None:
+                keystores.load_into(context, keystores.read_keystore(
+                    stores.keystore_location, stores.keystore_type or keystores.PKCS12,
+                    stores.keystore_password, stores.key_password))
+        except InvalidConfigError as exc:
+            raise SecurityConfigError(exc.message) from None
         except (OSError, ssl.SSLError, ValueError) as exc:
             raise SecurityConfigError(f"cannot set up TLS from the client settings: {exc}",
                                       hint="check the ssl.* files and passwords") from None
@@ -293,16 +362,22 @@ def _sasl(props: Mapping[str, str]) -> dict[str, Any]:
 
 def _tls(props: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    truststore_type = props.get("ssl.truststore.type", "PEM").upper()
+    try:
+        truststore_type = keystores.normalize_type(props.get("ssl.truststore.type"),
+                                                   setting="ssl.truststore.location")
+        keystore_type = keystores.normalize_type(props.get("ssl.keystore.type"),
+                                                 setting="ssl.keystore.location")
+    except InvalidConfigError as exc:
+        raise SecurityConfigError(exc.message) from None
     trust_location = props.get("ssl.ca.location") or props.get("ssl.truststore.location")
-    if props.get("ssl.truststore.location") and truststore_type != "PEM":
-        raise SecurityConfigError(
-            f"ssl.truststore.type {truststore_type} is not supported: only PEM truststores",
-            hint="export the CA certificates as PEM and set ssl.truststore.type=PEM")
     values["ca_location"] = trust_location or None
+    if props.get("ssl.truststore.location") and not props.get("ssl.ca.location"):
+        values["truststore_type"] = truststore_type
+        values["truststore_password"] = props.get("ssl.truststore.password") or None
+    else:
+        values["truststore_type"] = keystores.PEM if trust_location else None
     values["ca_pem"] = props.get("ssl.ca.pem") or props.get("ssl.truststore.certificates") \
         or None
-    keystore_type = props.get("ssl.keystore.type", "").upper()
     keystore = props.get("ssl.keystore.location")
     chain_pem = props.get("ssl.certificate.pem") or props.get("ssl.keystore.certificate.chain")
     key_pem = props.get("ssl.key.pem") or props.get("ssl.keystore.key")
@@ -312,16 +387,13 @@ def _tls(props: Mapping[str, str]) -> dict[str, Any]:
     values["key_pem"] = key_pem or None
     values["key_password"] = props.get("ssl.key.password") or None
     if keystore:
-        if keystore_type == "PEM":
+        if keystore_type == keystores.PEM:
             values["certificate_location"] = values["certificate_location"] or keystore
             values["key_location"] = values["key_location"] or keystore
-        elif keystore_type in ("", "PKCS12"):
+        else:
             values["keystore_location"] = keystore
             values["keystore_password"] = props.get("ssl.keystore.password")
-        else:
-            raise SecurityConfigError(
-                f"ssl.keystore.type {keystore_type} is not supported (PEM or PKCS12)",
-                hint="convert the keystore: keytool -importkeystore -deststoretype PKCS12")
+            values["keystore_type"] = keystore_type
     if (values["certificate_location"] is None) != (values["key_location"] is None):
         raise SecurityConfigError(
             "a client certificate needs both ssl.certificate.location and ssl.key.location "
@@ -458,31 +530,6 @@ def _load_pem_chain(context: ssl.SSLContext, config: SecurityConfig) -> None:
         with os.fdopen(fd, "w") as file:
             file.write(config.key_pem.strip() + "\n" + config.certificate_pem.strip() + "\n")
         context.load_cert_chain(str(path), password=config.key_password)
-
-
-def _load_pkcs12(context: ssl.SSLContext, location: str, password: str | None) -> None:
-    """Python's ssl takes PEM files only: the PKCS#12 key and chain are written as PEM to a
-    private temporary file (mode 0600), loaded, and removed."""
-    from cryptography.hazmat.primitives.serialization import (
-        Encoding,
-        NoEncryption,
-        PrivateFormat,
-        pkcs12,
-    )
-
-    data = Path(location).read_bytes()
-    key, certificate, chain = pkcs12.load_key_and_certificates(
-        data, password.encode() if password else None)
-    if key is None or certificate is None:
-        raise ValueError(f"{location} holds no private key and certificate")
-    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
-    pem += b"".join(c.public_bytes(Encoding.PEM) for c in [certificate, *chain])
-    with tempfile.TemporaryDirectory(prefix="loglake-tls-") as folder:
-        path = Path(folder) / "client.pem"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as file:
-            file.write(pem)
-        context.load_cert_chain(str(path))
 
 
 def coerce(security: SecurityConfig | Mapping[str, str] | None) -> SecurityConfig:
