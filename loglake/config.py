@@ -724,6 +724,49 @@ class BrokerConfig:
     zookeeper_sasl_clientconfig: str = _setting(
         "zookeeper.sasl.clientconfig", "The JAAS section with the ZooKeeper login "
         "(ZooKeeper's name for it).", str, "Client")
+    # ---- TLS to ZooKeeper (KIP-515; catalog/zk_tls.py checks and reads them at start)
+    zookeeper_ssl_client_enable: bool = _setting(
+        "zookeeper.ssl.client.enable", "Set client to use TLS when connecting to ZooKeeper.",
+        _boolean, False)
+    zookeeper_client_cnxn_socket: str | None = _setting(
+        "zookeeper.clientCnxnSocket", "Kafka needs org.apache.zookeeper.ClientCnxnSocketNetty "
+        "with TLS; accepted (loglake's ZooKeeper client speaks TLS itself; NIO with TLS is "
+        "refused).", _optional, None)
+    zookeeper_ssl_keystore_location: str | None = _setting(
+        "zookeeper.ssl.keystore.location", "Keystore location when using a client-side "
+        "certificate with TLS connectivity to ZooKeeper.", _optional, None)
+    zookeeper_ssl_keystore_password: str | None = _setting(
+        "zookeeper.ssl.keystore.password", "Keystore password (it also decrypts the key: "
+        "ZooKeeper has no separate key password).", _optional, None)
+    zookeeper_ssl_keystore_type: str | None = _setting(
+        "zookeeper.ssl.keystore.type", "Keystore type: PEM, PKCS12 or JKS (none: from the "
+        "file name's extension, else its content).", _optional, None)
+    zookeeper_ssl_truststore_location: str | None = _setting(
+        "zookeeper.ssl.truststore.location", "Truststore location when using TLS connectivity "
+        "to ZooKeeper (none: the system's CAs).", _optional, None)
+    zookeeper_ssl_truststore_password: str | None = _setting(
+        "zookeeper.ssl.truststore.password", "Truststore password when using TLS connectivity "
+        "to ZooKeeper.", _optional, None)
+    zookeeper_ssl_truststore_type: str | None = _setting(
+        "zookeeper.ssl.truststore.type", "Truststore type: PEM, PKCS12 or JKS (none: from the "
+        "file name's extension, else its content).", _optional, None)
+    zookeeper_ssl_protocol: str = _setting(
+        "zookeeper.ssl.protocol", "The protocol of ZooKeeper TLS negotiation: TLSv1.2, "
+        "TLSv1.3 or TLS.", str, "TLSv1.2")
+    zookeeper_ssl_enabled_protocols: str | None = _setting(
+        "zookeeper.ssl.enabled.protocols", "The enabled protocol(s) in ZooKeeper TLS "
+        "negotiation (csv; none: zookeeper.ssl.protocol).", _optional, None)
+    zookeeper_ssl_cipher_suites: str | None = _setting(
+        "zookeeper.ssl.cipher.suites", "The enabled cipher suites (csv, IANA names; none: "
+        "OpenSSL's defaults).", _optional, None)
+    zookeeper_ssl_endpoint_identification_algorithm: str = _setting(
+        "zookeeper.ssl.endpoint.identification.algorithm", "HTTPS (case-insensitive): verify "
+        "ZooKeeper's host name against its certificate; empty: do not.", str, "HTTPS")
+    zookeeper_ssl_crl_enable: bool = _setting(
+        "zookeeper.ssl.crl.enable", "Certificate revocation lists: false only (true is "
+        "refused: Python's ssl cannot fetch them).", _boolean, False)
+    zookeeper_ssl_ocsp_enable: bool = _setting(
+        "zookeeper.ssl.ocsp.enable", "OCSP: false only (true is refused).", _boolean, False)
     log_flush_scheduler_interval_ms: int = _setting(
         "log.flush.scheduler.interval.ms", "How often logs are checked for a due flush.", int,
         1000)

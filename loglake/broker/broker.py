@@ -101,6 +101,7 @@ from loglake.broker.transactions.markers import MarkerSender
 from loglake.broker.zk_session import ZkSession
 from loglake.catalog.schemas import SchemaStore
 from loglake.catalog.zk_auth import resolve_zk_auth
+from loglake.catalog.zk_tls import ZkTls, resolve_zk_tls
 from loglake.catalog.zookeeper import (
     BrokerInfo,
     CatalogClosedError,
@@ -118,6 +119,27 @@ T = TypeVar("T")
 SHUTDOWN_HANDOVER_S = 10.0
 
 
+def zk_tls_of(config: BrokerConfig) -> ZkTls | None:
+    """The broker's TLS to ZooKeeper from its ``zookeeper.ssl.*`` settings (None: plaintext)."""
+    return resolve_zk_tls({
+        "zookeeper.ssl.client.enable": config.zookeeper_ssl_client_enable,
+        "zookeeper.clientCnxnSocket": config.zookeeper_client_cnxn_socket,
+        "zookeeper.ssl.keystore.location": config.zookeeper_ssl_keystore_location,
+        "zookeeper.ssl.keystore.password": config.zookeeper_ssl_keystore_password,
+        "zookeeper.ssl.keystore.type": config.zookeeper_ssl_keystore_type,
+        "zookeeper.ssl.truststore.location": config.zookeeper_ssl_truststore_location,
+        "zookeeper.ssl.truststore.password": config.zookeeper_ssl_truststore_password,
+        "zookeeper.ssl.truststore.type": config.zookeeper_ssl_truststore_type,
+        "zookeeper.ssl.protocol": config.zookeeper_ssl_protocol,
+        "zookeeper.ssl.enabled.protocols": config.zookeeper_ssl_enabled_protocols,
+        "zookeeper.ssl.cipher.suites": config.zookeeper_ssl_cipher_suites,
+        "zookeeper.ssl.endpoint.identification.algorithm":
+            config.zookeeper_ssl_endpoint_identification_algorithm,
+        "zookeeper.ssl.crl.enable": config.zookeeper_ssl_crl_enable,
+        "zookeeper.ssl.ocsp.enable": config.zookeeper_ssl_ocsp_enable,
+    })
+
+
 class Broker:
     """One broker process: the parts and their wiring (see the module docstring)."""
 
@@ -129,7 +151,8 @@ class Broker:
             username=config.zookeeper_sasl_username, password=config.zookeeper_sasl_password,
             jaas_file=config.zookeeper_sasl_jaas_file,
             jaas_section=config.zookeeper_sasl_clientconfig,
-            shared_jaas_file=config.sasl_jaas_file, set_acl=config.zookeeper_set_acl)
+            shared_jaas_file=config.sasl_jaas_file, set_acl=config.zookeeper_set_acl,
+            tls=zk_tls_of(config))  # TLS to ZooKeeper (catalog/zk_tls.py)
         catalog = ClusterCatalog(config.zookeeper_connect,
                                  session_timeout=config.zookeeper_session_timeout_ms / 1000,
                                  auth=zookeeper_auth)

@@ -34,6 +34,13 @@ Settings (the same names everywhere; each source is consulted in the order liste
 
 Nothing set anywhere: no authentication and open znodes, exactly as before this module.
 
+TLS (:mod:`loglake.catalog.zk_tls`, Kafka's KIP-515 ``zookeeper.ssl.*`` settings): a
+:class:`ZkAuth` may carry a :class:`~loglake.catalog.zk_tls.ZkTls`; every kazoo client built
+from it (:meth:`ZkAuth.kazoo_kwargs`) then speaks TLS. With a client certificate (Kafka's
+``zkTlsClientAuthEnabled``), the session's identity is ``x509:<DN>`` and ``set_acl`` needs no
+SASL login. Tools read the TLS settings from their properties, else from the file
+``LOGLAKE_ZOOKEEPER_TLS_CONFIG_FILE`` names.
+
 ACL policy with ``set_acl`` (Kafka's ``ZkData.defaultAcls``), in :func:`acl_for`: every znode
 gets ALL for its creator's identity (``auth`` scheme: ``sasl:<user>``) plus READ for
 ``world:anyone``, except the sensitive paths ``/config/users`` (SCRAM credentials, quotas) and
@@ -44,7 +51,7 @@ Kafka: every broker and every writing tool of a secured cluster must use the sam
 user (or a ZooKeeper super user), since only the creator may change or delete a znode and
 create children under it.
 
-Pure (no I/O besides reading a named JAAS file); thread-safe (immutable values).
+Pure (no I/O besides reading a named JAAS file and the TLS stores); thread-safe (immutable values).
 """
 
 from __future__ import annotations
@@ -53,11 +60,19 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kazoo.security import ACL, CREATOR_ALL_ACL, READ_ACL_UNSAFE
 from kio.schema.errors import ErrorCode
 
 from loglake import addresses
+from loglake.catalog.zk_tls import (
+    ENABLE,
+    KEYSTORE_LOCATION,
+    ZkTls,
+    zk_tls_from_environment,
+    zk_tls_from_properties,
+)
 from loglake.errors import InvalidConfigError, LoglakeError
 
 MECHANISM = "DIGEST-MD5"
@@ -119,6 +134,8 @@ class ZkAuth:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     set_acl: bool = False
+    tls: ZkTls | None = field(default=None, repr=False)
+    """TLS to ZooKeeper (None: plaintext, as before)."""
 
     def __post_init__(self) -> None:
         if (self.username is None) != (self.password is None):
@@ -126,15 +143,32 @@ class ZkAuth:
                 f"ZooKeeper SASL needs both {USERNAME} and {PASSWORD} (got only one)")
         if self.username == "":
             raise InvalidConfigError(f"{USERNAME} is empty")
-        if self.set_acl and self.username is None:
+        if self.set_acl and not self.authenticated:
             raise InvalidConfigError(
-                f"{SET_ACL} is true but no ZooKeeper credentials are configured",
+                f"{SET_ACL} is true but no ZooKeeper credentials are configured (neither a "
+                f"SASL login nor a TLS client certificate: {ENABLE}, "
+                f"zookeeper.clientCnxnSocket and {KEYSTORE_LOCATION})",
                 hint=f"set {USERNAME}/{PASSWORD} or {JAAS_FILE} (or {ENV_USERNAME}/"
-                     f"{ENV_PASSWORD} for tools)")
+                     f"{ENV_PASSWORD} for tools), or the zookeeper.ssl.* client certificate")
 
     @property
     def authenticated(self) -> bool:
-        return self.username is not None
+        """A SASL login, or a TLS client certificate (identity ``x509:<DN>``)."""
+        return self.username is not None or (self.tls is not None and self.tls.client_auth)
+
+    @property
+    def identity(self) -> str:
+        """Who ZooKeeper sees, for messages: ``sasl:<user>``, ``x509`` or ``anonymous``."""
+        if self.username is not None:
+            return f"sasl:{self.username}"
+        return "x509 (client certificate)" if self.authenticated else "anonymous"
+
+    def kazoo_kwargs(self) -> dict[str, Any]:
+        """kazoo client arguments: ``sasl_options`` and, with TLS, a fresh TLS ``handler``."""
+        kwargs: dict[str, Any] = {"sasl_options": self.sasl_options()}
+        if self.tls is not None:
+            kwargs["handler"] = self.tls.handler()
+        return kwargs
 
     def sasl_options(self) -> dict[str, str] | None:
         """kazoo's ``sasl_options`` (a fresh dict: kazoo adds keys to it), None if anonymous."""
@@ -215,7 +249,8 @@ def _read_jaas(path: str) -> str:
 def resolve_zk_auth(*, username: str | None = None, password: str | None = None,
                     jaas_file: str | None = None, jaas_section: str | None = None,
                     shared_jaas_file: str | None = None, set_acl: bool | None = None,
-                    environ: Mapping[str, str] | None = None) -> ZkAuth:
+                    environ: Mapping[str, str] | None = None, tls: ZkTls | None = None
+                    ) -> ZkAuth:
     """The :class:`ZkAuth` from explicit values, else from ``environ`` (``os.environ`` by
     default; pass ``{}`` to ignore the environment).
 
@@ -224,7 +259,9 @@ def resolve_zk_auth(*, username: str | None = None, password: str | None = None,
     its ZooKeeper login from the ``Client`` section of the JVM's one JAAS file, and logs in to
     ZooKeeper only when that section exists), else the same from the environment variables.
     ``set_acl`` None means "iff authenticated" (tools); brokers pass their
-    ``zookeeper.set.acl``. Raises InvalidConfigError on half or unreadable credentials.
+    ``zookeeper.set.acl``. ``tls``: TLS to ZooKeeper (brokers and tools resolve it with
+    :mod:`loglake.catalog.zk_tls`). Raises InvalidConfigError on half or unreadable
+    credentials.
     """
     env = os.environ if environ is None else environ
     section = jaas_section or DEFAULT_JAAS_SECTION
@@ -238,16 +275,19 @@ def resolve_zk_auth(*, username: str | None = None, password: str | None = None,
     if username is None and password is None and jaas_file is not None:
         username, password = jaas_client_credentials(
             _read_jaas(jaas_file), jaas_section or section)
-    authenticated = username is not None
+    authenticated = username is not None or (tls is not None and tls.client_auth)
     return ZkAuth(username=username, password=password,
-                  set_acl=authenticated if set_acl is None else set_acl)
+                  set_acl=authenticated if set_acl is None else set_acl, tls=tls)
 
 
 def zk_auth_from_properties(props: Mapping[str, str],
                             environ: Mapping[str, str] | None = None) -> ZkAuth:
     """The :class:`ZkAuth` of a tool from its properties / options (keys
-    :data:`PROPERTY_NAMES`, case-insensitive as Spark's options are), else the environment."""
+    :data:`PROPERTY_NAMES` and ``zookeeper.ssl.*``, case-insensitive as Spark's options are),
+    else the environment."""
     lowered = {key.lower(): value for key, value in props.items()}
+    tls = (zk_tls_from_properties(props) if ENABLE in lowered
+           else zk_tls_from_environment(environ))
 
     def get(name: str) -> str | None:
         return lowered.get(name) or None
@@ -256,12 +296,12 @@ def zk_auth_from_properties(props: Mapping[str, str],
     return resolve_zk_auth(username=get(USERNAME), password=get(PASSWORD),
                            jaas_file=get(JAAS_FILE), jaas_section=get(JAAS_SECTION),
                            set_acl=None if set_acl is None else set_acl.lower() == "true",
-                           environ=environ)
+                           environ=environ, tls=tls)
 
 
 def zk_auth_from_environment(environ: Mapping[str, str] | None = None) -> ZkAuth:
     """The :class:`ZkAuth` the environment variables give (:data:`NO_AUTH` when none are set)."""
-    return resolve_zk_auth(environ=environ)
+    return resolve_zk_auth(environ=environ, tls=zk_tls_from_environment(environ))
 
 
 def _hosts(connect: str) -> str:
@@ -277,13 +317,15 @@ def zk_auth_for_connect(connect: str, environ: Mapping[str, str] | None = None) 
     InvalidConfigError on half or unreadable credentials (an unreadable profile counts as
     none: :mod:`loglake.addresses` reports it where the address itself comes from it)."""
     env = os.environ if environ is None else environ
+    tls = zk_tls_from_environment(env)  # LOGLAKE_ZOOKEEPER_TLS_CONFIG_FILE
+    anonymous = NO_AUTH if tls is None else resolve_zk_auth(environ={}, tls=tls)
     if any(env.get(name) for name in (ENV_USERNAME, ENV_PASSWORD, ENV_JAAS_FILE)):
-        return resolve_zk_auth(environ=env)
+        return resolve_zk_auth(environ=env, tls=tls)
     try:
         profile = addresses.read_profile(env)
     except addresses.AddressError:
-        return NO_AUTH
+        return anonymous
     if (profile is None or not profile.zookeeper_jaas_file
             or _hosts(profile.zookeeper) != _hosts(connect)):
-        return NO_AUTH
-    return resolve_zk_auth(jaas_file=profile.zookeeper_jaas_file, environ={})
+        return anonymous
+    return resolve_zk_auth(jaas_file=profile.zookeeper_jaas_file, environ={}, tls=tls)

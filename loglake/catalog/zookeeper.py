@@ -131,7 +131,8 @@ from loglake.catalog.zk_auth import (
     acl_for,
     zk_auth_for_connect,
 )
-from loglake.errors import LoglakeError, TopicExistsError, UnknownTopicError
+from loglake.catalog.zk_tls import start_client, tls_failure
+from loglake.errors import InvalidConfigError, LoglakeError, TopicExistsError, UnknownTopicError
 
 if TYPE_CHECKING:
     from loglake.catalog.acls import AclStore
@@ -548,8 +549,8 @@ class ClusterCatalog:
         commands = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=RETRY_MAX_DELAY_S)
         return PathAclKazooClient(
             hosts=hosts, timeout=session_timeout, connection_retry=reconnect,
-            command_retry=commands, sasl_options=self.auth.sasl_options(),
-            acl_policy=acl_for if self.auth.set_acl else None)
+            command_retry=commands, acl_policy=acl_for if self.auth.set_acl else None,
+            **self.auth.kazoo_kwargs())  # SASL login, TLS handler (zk_auth.py, zk_tls.py)
 
     # ---- session
     def start(self, *, wait: bool = False, stopped: Callable[[], bool] = _never) -> None:
@@ -629,7 +630,7 @@ class ClusterCatalog:
     def _connect(self, client: KazooClient, *, wait: bool, stopped: Callable[[], bool]) -> None:
         if not wait:
             with _typed_errors(f"connecting to ZooKeeper at {self._hosts}"):
-                client.start(timeout=self._start_timeout)
+                start_client(client, self._start_timeout)  # stops at a TLS config failure
             return
         connected = client.start_async()  # kazoo keeps trying (RECONNECT_MAX_DELAY_S backoff)
         started = time.monotonic()
@@ -640,6 +641,9 @@ class ClusterCatalog:
             if client.client_state == KeeperState.AUTH_FAILED:  # kazoo stopped connecting
                 with _typed_errors(f"connecting to ZooKeeper at {self._hosts}"):
                     raise AuthFailedError()
+            if (failure := tls_failure(client)) is not None:  # not cured by retrying
+                client.stop()
+                raise InvalidConfigError(failure)
             if time.monotonic() - logged >= CONNECT_LOG_EVERY_S:
                 logged = time.monotonic()
                 log.warning("waiting for ZooKeeper at %s (%.0f s so far)", self._hosts,

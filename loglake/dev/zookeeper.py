@@ -27,6 +27,12 @@ started with ``-Djava.security.auth.login.config``); a client's ZooKeeper identi
 an unauthenticated client at its first request). ``super_user``: that SASL user may do anything
 (``zookeeper.superUser``), whatever the ACLs. The ``srvr`` probe needs no authentication.
 
+TLS (``tls``, a :class:`ZooKeeperTls`; off by default): the server also listens on
+``tls.port`` (``secureClientPort``, Netty's server connection factory) with the PEM keystore
+(key + chain) and PEM truststore given, ``ssl.clientAuth`` need/want/none, and ZooKeeper's
+x509 authentication provider, which makes a client certificate's session identity
+``x509:<subject DN>``. The plaintext ``clientPort`` stays open (probes, the harness).
+
 Crash behaviour: ZooKeeper's own; the data directory survives ``stop``/``kill`` and a new server
 on the same directory recovers every committed znode.
 """
@@ -60,6 +66,9 @@ DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
     "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
 )
 """Small heap and fast startup: a dev ZooKeeper holds little data."""
+
+NETTY_CODEC_JAR = Path("/usr/share/java/netty-codec.jar")
+"""Netty's codec (TLS handler's base classes); added to the classpath with TLS when present."""
 
 DEFAULT_TICK_TIME_MS = 2000
 """ZooKeeper's tickTime; session timeouts are bounded to [2, 20] ticks."""
@@ -134,6 +143,33 @@ def zookeeper_classpath() -> list[str]:
 
 
 @dataclass(frozen=True)
+class ZooKeeperTls:
+    """A TLS client port: ``keystore`` is a PEM file with the server's key and certificate
+    chain, ``truststore`` a PEM CA bundle (the CAs of client certificates); ``client_auth``
+    is ZooKeeper's ``ssl.clientAuth`` (need, want or none)."""
+
+    port: int
+    keystore: Path
+    truststore: Path
+    client_auth: str = "need"
+
+    def config_lines(self) -> list[str]:
+        if self.client_auth not in ("need", "want", "none"):
+            raise ValueError(f"client_auth must be need, want or none, got {self.client_auth!r}")
+        return [
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"secureClientPort={self.port}",
+            f"secureClientPortAddress={net.LOOPBACK}",
+            f"ssl.keyStore.location={Path(self.keystore).absolute()}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={Path(self.truststore).absolute()}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={self.client_auth}",
+            "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+        ]
+
+
+@dataclass(frozen=True)
 class QuorumPeer:
     """One ensemble member's id and loopback ports."""
 
@@ -179,6 +215,7 @@ class ZooKeeperServer:
         sasl_users: Mapping[str, str] | None = None,
         require_sasl: bool = False,
         super_user: str | None = None,
+        tls: ZooKeeperTls | None = None,
     ) -> None:
         if peers:
             own = [peer for peer in peers if peer.server_id == server_id]
@@ -202,6 +239,8 @@ class ZooKeeperServer:
                 raise ValueError(f"SASL user name {name!r}: letters, digits, '_', '-', '.' only")
         self.require_sasl = require_sasl
         self.super_user = super_user
+        self.tls = tls
+        """An extra TLS client port (None: plaintext only, the default)."""
         self.handle: ProcessHandle | None = None
         """The running JVM, if started by (or attached to) this object."""
 
@@ -235,6 +274,13 @@ class ZooKeeperServer:
         """Connection string of this server alone: ``127.0.0.1:<client port>``."""
         return f"{net.LOOPBACK}:{self.client_port}"
 
+    @property
+    def tls_hosts(self) -> str:
+        """Connection string of this server's TLS port: ``127.0.0.1:<secure client port>``."""
+        if self.tls is None:
+            raise ValueError("this ZooKeeper has no TLS port")
+        return f"{net.LOOPBACK}:{self.tls.port}"
+
     def config_text(self) -> str:
         """The zoo.cfg we run with."""
         lines = [
@@ -256,6 +302,8 @@ class ZooKeeperServer:
             lines += ["enforce.auth.enabled=true", "enforce.auth.schemes=sasl"]
         if self.super_user is not None:
             lines.append(f"superUser={self.super_user}")  # -> zookeeper.superUser
+        if self.tls is not None:
+            lines += self.tls.config_lines()
         if self.peers:
             lines += ["initLimit=10", "syncLimit=5"]
             lines += [peer.config_line for peer in self.peers]
@@ -276,7 +324,9 @@ class ZooKeeperServer:
     def command(self) -> list[str]:
         """The JVM command line; raises :class:`MissingDependencyError` if java or jars are
         missing."""
-        classpath = os.pathsep.join([str(self.conf_dir), *zookeeper_classpath()])
+        codec = ([str(NETTY_CODEC_JAR)] if self.tls is not None and NETTY_CODEC_JAR.is_file()
+                 else [])
+        classpath = os.pathsep.join([str(self.conf_dir), *zookeeper_classpath(), *codec])
         sasl = ([f"-Djava.security.auth.login.config={self.jaas_path}"]
                 if self.sasl_users else [])
         return [str(find_java()), *self.jvm_options, *sasl, "-cp", classpath, MAIN_CLASS,
@@ -298,11 +348,12 @@ class ZooKeeperServer:
             raise StartupError(f"ZooKeeper {self.server_id} is already running "
                                f"(pid {self.handle.pid})")
         argv = self.command()
-        if not net.port_is_free(self.client_port):
-            raise StartupError(
-                f"cannot start ZooKeeper {self.server_id}: port {self.client_port} is in use",
-                hint="stop whatever listens there or choose another port",
-            )
+        for port in (self.client_port, *([self.tls.port] if self.tls is not None else [])):
+            if not net.port_is_free(port):
+                raise StartupError(
+                    f"cannot start ZooKeeper {self.server_id}: port {port} is in use",
+                    hint="stop whatever listens there or choose another port",
+                )
         self.write_config()
         self.handle = process.spawn_detached(argv, log_path=self.log_path)
         if wait:
