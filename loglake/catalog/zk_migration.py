@@ -5,6 +5,7 @@ Usage::
 
     loglake zookeeper-security-migration --zookeeper.acl secure|unsecure \\
         [--zookeeper.connect HOST:PORT[/CHROOT]] [--jaas-file FILE] [--enable.path.check]
+        [--zk-tls-config-file FILE]
 
 Kafka's migration, which this tool completes: (1) brokers log in to ZooKeeper with
 ``zookeeper.set.acl=false``, (2) then with ``zookeeper.set.acl=true`` (new znodes are secure),
@@ -33,6 +34,9 @@ The login comes from ``--jaas-file`` (its ``Client`` section), else the usual to
 (``LOGLAKE_ZOOKEEPER_SASL_*``, else the dev profile's ZooKeeper login for these hosts:
 :func:`loglake.catalog.zk_auth.zk_auth_for_connect`). A znode this user may not re-ACL (created
 by another ZooKeeper user) is counted and named in the final error; the others are still done.
+TLS (Kafka's ``--zk-tls-config-file``): a properties file with the ``zookeeper.ssl.*`` keys
+(:mod:`loglake.catalog.zk_tls`; other keys ignored), else ``LOGLAKE_ZOOKEEPER_TLS_CONFIG_FILE``;
+a TLS client certificate is a login too (identity ``x509:<DN>``), as in Kafka's tool.
 
 Bounded: at most ``--max-znodes`` znodes (default :data:`DEFAULT_MAX_ZNODES`), each request
 bounded by the catalog's session; progress lines on stdout (one per root, and every
@@ -43,6 +47,7 @@ Blocking (kazoo); one thread.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -64,6 +69,7 @@ from loglake.catalog.zk_auth import (
     resolve_zk_auth,
     zk_auth_for_connect,
 )
+from loglake.catalog.zk_tls import read_properties, resolve_zk_tls
 from loglake.catalog.zookeeper import ClusterCatalog, NoClusterError
 from loglake.errors import InvalidConfigError, LoglakeError
 
@@ -231,6 +237,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help=f"JAAS file whose Client section holds the ZooKeeper login "
                              f"(default: ${ENV_JAAS_FILE} or ${ENV_USERNAME}/${ENV_PASSWORD}, "
                              f"else the dev profile's)")
+    parser.add_argument("--zk-tls-config-file", dest="zk_tls_config_file", default=None,
+                        metavar="FILE",
+                        help="properties file with the zookeeper.ssl.* / zookeeper.clientCnxnSocket"
+                             " settings of TLS to ZooKeeper (other keys are ignored)")
     parser.add_argument("--enable.path.check", dest="enable_path_check", action="store_true",
                         help="stop before changing anything if a root path is missing")
     parser.add_argument("--max-znodes", type=int, default=DEFAULT_MAX_ZNODES, metavar="N",
@@ -240,16 +250,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
-def _login(connect: str, jaas_file: str | None, mode: Mode) -> ZkAuth:
-    login = (resolve_zk_auth(jaas_file=jaas_file, environ={}) if jaas_file
+def _login(connect: str, jaas_file: str | None, mode: Mode, tls_file: str | None = None
+           ) -> ZkAuth:
+    tls = (resolve_zk_tls(read_properties(tls_file, setting="--zk-tls-config-file"))
+           if tls_file else None)
+    login = (resolve_zk_auth(jaas_file=jaas_file, environ={}, tls=tls) if jaas_file
              else zk_auth_for_connect(connect))
+    if tls_file:
+        login = dataclasses.replace(login, set_acl=False, tls=tls)
     if not login.authenticated:
         raise InvalidConfigError(
-            "no ZooKeeper SASL login configured: the migration must run as the brokers' "
-            "ZooKeeper user (Kafka's tool refuses too)",
+            "no ZooKeeper login configured (neither SASL nor a TLS client certificate): the "
+            "migration must run as the brokers' ZooKeeper identity (Kafka's tool refuses too)",
             hint=f"pass --jaas-file FILE (a Client section) or set {ENV_USERNAME}/"
-                 f"{ENV_PASSWORD}")
-    return ZkAuth(login.username, login.password, set_acl=mode == "secure")
+                 f"{ENV_PASSWORD}, or --zk-tls-config-file FILE with zookeeper.ssl.client.enable,"
+                 " zookeeper.clientCnxnSocket and zookeeper.ssl.keystore.location")
+    return ZkAuth(login.username, login.password, set_acl=mode == "secure", tls=login.tls)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -264,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:  # the typed error below says it; kazoo's warnings
         logging.getLogger("kazoo").setLevel(logging.ERROR)  # would repeat it untidily
     catalog = ClusterCatalog(connect, timeout=args.timeout, mode="tool",
-                             auth=_login(connect, args.jaas_file, mode))
+                             auth=_login(connect, args.jaas_file, mode,
+                                         args.zk_tls_config_file))
     started = time.monotonic()
     try:
         catalog.start()
@@ -275,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
         catalog.stop()
         raise LoglakeError(f"cannot reach ZooKeeper at {connect}: {exc}") from None
     try:
-        print(f"zookeeper.acl={mode}: {connect} as sasl:{catalog.auth.username}")
+        print(f"zookeeper.acl={mode}: {connect} as {catalog.auth.identity}")
         result = migrate(catalog, mode, enable_path_check=args.enable_path_check,
                          max_znodes=args.max_znodes)
     finally:

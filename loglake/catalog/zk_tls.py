@@ -24,13 +24,13 @@ Settings (Kafka's broker names; tools read the same keys from a properties file,
                                                  revocation lists or ask OCSP responders, so
                                                  true is refused (not silently ignored)
 
-Store types: PEM is read here (ZooKeeper's PEM layout: a private key, PKCS#8 or traditional,
-encrypted with the store password or not, plus the certificate chain in one file; a PEM
-truststore is a CA bundle). PKCS12 and JKS go through :mod:`loglake.keystores`. An unset type
-is decided as ZooKeeper does, by the file name's extension (``.pem``, ``.p12``/``.pfx``,
-``.jks``), else by the file's content (a PEM file is text; anything else goes to
-:mod:`loglake.keystores`, which sniffs JKS and PKCS12). ZooKeeper has no key password: the
-keystore password decrypts the key (Kafka's documented restriction).
+Store types: PEM, PKCS12 and JKS, read by :mod:`loglake.keystores` (ZooKeeper's PEM layout: a
+private key, encrypted with the store password or not, plus the certificate chain in one file;
+a PEM truststore is a CA bundle). An unset type is decided as ZooKeeper does, by the file
+name's extension (``.pem``/``.crt``, ``.p12``/``.pfx``, ``.jks``), else by the file's content
+(:mod:`loglake.keystores` sniffs PEM, JKS and PKCS12, where ZooKeeper would refuse the file).
+ZooKeeper has no key password: the keystore password decrypts the key (Kafka's documented
+restriction).
 
 Identity: with a client certificate and ZooKeeper's ``authProvider.x509``, the session's
 ZooKeeper identity is ``x509:<subject DN>``; ``zookeeper.set.acl=true`` then gives loglake's
@@ -65,11 +65,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
 from kazoo.handlers import utils as kazoo_utils
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 
+from loglake import keystores
 from loglake.errors import InvalidConfigError
 
 log = logging.getLogger(__name__)
@@ -202,6 +201,9 @@ class ZkTlsHandler(SequentialThreadingHandler):  # kazoo is untyped
             trusted = (f"{TRUSTSTORE_LOCATION} ({self.tls.truststore})" if self.tls.truststore
                        else f"the system's CAs ({TRUSTSTORE_LOCATION} is not set)")
             message = f"{where}: its TLS certificate is not trusted by {trusted}: {reason}"
+        elif "PROTOCOL_VERSION" in str(reason).upper() or "VERSION" in str(reason).upper():
+            message = (f"{where}: the TLS handshake failed ({reason}): no TLS version in "
+                       f"common; check {PROTOCOL} / {ENABLED_PROTOCOLS}")
         else:
             message = (f"{where}: the TLS handshake failed ({reason}); check that it is "
                        f"ZooKeeper's secureClientPort and, if it needs a client certificate, "
@@ -334,65 +336,23 @@ def _store_type(location: str, store_type: str | None, data: bytes, setting: str
     return "PEM" if b"-----BEGIN " in data[:4096] or data.lstrip().startswith(b"-----") else ""
 
 
-def _pem_keystore(data: bytes, password: str | None, setting: str) -> tuple[bytes, bytes]:
-    try:
-        certificates = x509.load_pem_x509_certificates(data)
-    except ValueError:
-        raise InvalidConfigError(f"{setting}: no PEM certificate in the keystore") from None
-    blocks = [block for block in _pem_blocks(data) if b"PRIVATE KEY" in block.split(b"\n")[0]]
-    if not blocks:
-        raise InvalidConfigError(f"{setting}: no PEM private key in the keystore")
-    try:
-        key = serialization.load_pem_private_key(
-            blocks[0], password.encode() if password else None)
-    except TypeError:
-        raise InvalidConfigError(
-            f"{setting}: the private key is encrypted: set {KEYSTORE_PASSWORD}") from None
-    except ValueError:
-        raise InvalidConfigError(
-            f"{setting}: cannot decrypt the private key (wrong {KEYSTORE_PASSWORD}?)") from None
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    chain = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certificates)
-    return chain, key_pem
-
-
-def _pem_blocks(data: bytes) -> list[bytes]:
-    blocks, current = [], None
-    for line in data.splitlines(keepends=True):
-        if line.startswith(b"-----BEGIN "):
-            current = [line]
-        elif current is not None:
-            current.append(line)
-            if line.startswith(b"-----END "):
-                blocks.append(b"".join(current))
-                current = None
-    return blocks
-
-
 def _keystore(location: str, store_type: str | None, password: str | None
               ) -> tuple[bytes, bytes]:
     data = _read(location, KEYSTORE_LOCATION)
     kind = _store_type(location, store_type, data, KEYSTORE_LOCATION)
-    if kind == "PEM":
-        return _pem_keystore(data, password, KEYSTORE_LOCATION)
-    from loglake import keystores  # PKCS12 / JKS (loglake/keystores.py)
-    material = keystores.read_keystore(location, kind or None, password, password,
-                                       setting=KEYSTORE_LOCATION)
+    try:  # ZooKeeper has no key password: the keystore password decrypts the key too
+        material = keystores.read_keystore(location, kind or None, password, password,
+                                           setting=KEYSTORE_LOCATION)
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(str(exc).replace(
+            "zookeeper.ssl.key.password", f"{KEYSTORE_PASSWORD} (it also decrypts the key)")
+        ) from None
     return material.chain_pem, material.key_pem
 
 
 def _truststore(location: str, store_type: str | None, password: str | None) -> bytes:
     data = _read(location, TRUSTSTORE_LOCATION)
     kind = _store_type(location, store_type, data, TRUSTSTORE_LOCATION)
-    if kind == "PEM":
-        try:
-            certificates = x509.load_pem_x509_certificates(data)
-        except ValueError:
-            raise InvalidConfigError(
-                f"{TRUSTSTORE_LOCATION}: no PEM certificate in {location}") from None
-        return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certificates)
-    from loglake import keystores
     return keystores.read_truststore(location, kind or None, password,
                                      setting=TRUSTSTORE_LOCATION)
 
