@@ -16,7 +16,7 @@ defaults and the documentation (:func:`broker_settings_doc`) are derived from it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -303,10 +303,27 @@ class TopicConfig:
         return name not in self.overrides
 
 
+def _joined_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(number, line) with Java's continuation lines joined: a line ending in an odd number of
+    backslashes goes on with the next line, its leading white space dropped (how multi-line
+    values such as KIP-651's inline PEM ``ssl.keystore.key`` are written)."""
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        number, line = index + 1, lines[index]
+        index += 1
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and not line.lstrip().startswith(
+                ("#", "!")):
+            line = line[:-1] + (lines[index].lstrip() if index < len(lines) else "")
+            index += 1
+        yield number, line
+
+
 def read_properties(path: Path) -> dict[str, str]:
-    """Read a Kafka-style properties file: ``key=value`` (or ``key: value``), ``#`` comments."""
+    """Read a Kafka-style properties file: ``key=value`` (or ``key: value``), ``#`` comments,
+    a trailing backslash continues the value on the next line."""
     result: dict[str, str] = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in _joined_lines(path.read_text()):
         text = line.strip()
         if not text or text.startswith(("#", "!")):
             continue
@@ -479,12 +496,16 @@ def _choice(*choices: str, lower: bool = False) -> Callable[[str], str]:
 STORE_TYPES = ("JKS", "PKCS12", "PEM", "JCEKS")
 
 
-def _store_type(text: str) -> str | None:
-    """``ssl.keystore.type`` / ``ssl.truststore.type``: any case; empty: not set."""
-    value = text.strip().upper()
-    if value and value not in STORE_TYPES:
-        raise InvalidConfigError(f"{text!r} is not one of: {', '.join(STORE_TYPES[:3])}")
-    return value or None
+def _store_type(setting: str) -> Callable[[str], str | None]:
+    """The parser of ``ssl.keystore.type`` / ``ssl.truststore.type``: any case; empty: not
+    set; an unknown type is refused naming ``setting``."""
+    def parse(text: str) -> str | None:
+        value = text.strip().upper()
+        if value and value not in STORE_TYPES:
+            raise InvalidConfigError(
+                f"{setting} {text!r} is not one of: {', '.join(STORE_TYPES[:3])}")
+        return value or None
+    return parse
 
 
 TLS_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
@@ -622,7 +643,7 @@ class BrokerConfig:
     ssl_keystore_type: str | None = _setting(
         "ssl.keystore.type", "The file format of the key store file: JKS, PKCS12 or PEM "
         "(Kafka's values; JCEKS is read too). Not set: decided by the file's content (Kafka "
-        "would assume JKS).", _store_type, None)
+        "would assume JKS).", _store_type("ssl.keystore.type"), None)
     ssl_keystore_password: str | None = _setting(
         "ssl.keystore.password", "The store password for the key store file; needed for JKS "
         "and PKCS12 keystores, not used for PEM.", _optional, None)
@@ -643,7 +664,8 @@ class BrokerConfig:
         "none: the system's CAs).", _optional, None)
     ssl_truststore_type: str | None = _setting(
         "ssl.truststore.type", "The file format of the trust store file: JKS, PKCS12 or PEM. "
-        "Not set: decided by the file's content (Kafka would assume JKS).", _store_type, None)
+        "Not set: decided by the file's content (Kafka would assume JKS).",
+        _store_type("ssl.truststore.type"), None)
     ssl_truststore_password: str | None = _setting(
         "ssl.truststore.password", "The password for the trust store file. If a password is "
         "not set, a JKS trust store is still used, but integrity checking is disabled; not "

@@ -163,10 +163,23 @@ def _check_pair(key: object, leaf: x509.Certificate, place: str) -> None:
             f"{place}: the private key does not belong to the first (leaf) certificate")
 
 
+def _normal_block(block: bytes, label: bytes) -> bytes:
+    """A PEM block re-wrapped in 64-column lines: inline PEM values in a ``.properties`` file
+    arrive on one line (continuation lines joined with spaces), as Kafka accepts them. Blocks
+    with RFC 1421 headers (``Proc-Type:``) are left as they are."""
+    if b":" in block:
+        return block
+    body = re.sub(rb"-----(BEGIN|END) [A-Z0-9 ]+-----", b"", block)
+    body = b"".join(body.split())
+    lines = [body[i:i + 64] for i in range(0, len(body), 64)]
+    return b"\n".join([b"-----BEGIN " + label + b"-----", *lines,
+                       b"-----END " + label + b"-----", b""])
+
+
 def _pem_certificates(data: bytes, place: str) -> list[x509.Certificate]:
     certificates = []
     for block in _CERT_BLOCK.findall(data):
-        normal = re.sub(rb"(X509 |TRUSTED )CERTIFICATE", b"CERTIFICATE", block)
+        normal = _normal_block(block, b"CERTIFICATE")
         try:
             certificates.append(x509.load_pem_x509_certificate(normal))
         except ValueError:
@@ -180,7 +193,7 @@ def _pem_key(data: bytes, key_password: str | None, place: str, password_setting
     if not blocks:
         raise InvalidConfigError(f"{place}: holds no PEM private key")
     try:
-        return load_pem_private_key(blocks[0].group(0),
+        return load_pem_private_key(_normal_block(blocks[0].group(0), blocks[0].group(1)),
                                     key_password.encode() if key_password else None)
     except TypeError:
         if key_password:
