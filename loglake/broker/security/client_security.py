@@ -15,6 +15,11 @@ each a JAAS entry such as ``org.apache.kafka.common.security.scram.ScramLoginMod
 username="broker" password="secret";`` whose ``username``/``password`` options are taken
 (:func:`jaas_options`).
 
+The TLS side is :func:`loglake.broker.security.tls.client_context` of that listener: its
+truststore and keystore (PEM, PKCS12 or JKS files, or KIP-651 inline PEM; read through
+:mod:`loglake.keystores`) as the listeners themselves use them, so a broker whose keystore is
+a ``.jks`` file presents that certificate to the other brokers too.
+
 Built once at broker start (TLS files are read then); the value is immutable and shared by
 every inter-broker connection.
 """
