@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import ssl
 import subprocess
 import sys
@@ -32,11 +33,17 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import (
+    BestAvailableEncryption,
+    load_pem_private_key,
+    pkcs12,
+)
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.security import Permissions
+from kazoo.security import CREATOR_ALL_ACL, Permissions
 
 from loglake.catalog import zk_tls
 from loglake.catalog.zk_auth import ZkAuth, zk_auth_from_properties
@@ -257,7 +264,7 @@ def test_tools_over_tls_with_the_brokers_certificate(
     refused = _loglake("zookeeper-security-migration", "--zookeeper.acl", "secure",
                        "--zookeeper.connect", connect, "--zk-tls-config-file", str(no_cert),
                        env={})
-    assert "no ZooKeeper login configured" in _one_line_error(refused)
+    assert "nor a TLS client certificate" in _one_line_error(refused)
 
 
 def _broker_start(tmp_path: Path, zookeeper: str, settings: dict[str, str]
@@ -421,3 +428,49 @@ def test_tool_properties_file_keeps_only_zookeeper_tls_keys(tmp_path: Path) -> N
         "zookeeper.ssl.client.enable": "true", "zookeeper.ssl.truststore.location": "/x/ca.pem"}
     with pytest.raises(InvalidConfigError, match="LOGLAKE_ZOOKEEPER_TLS_CONFIG_FILE"):
         zk_tls.zk_tls_from_environment({"LOGLAKE_ZOOKEEPER_TLS_CONFIG_FILE": "/nonexistent"})
+
+
+def _keytool(*args: str) -> None:
+    found = [c for c in (shutil.which("keytool"),
+                         os.path.join(os.environ.get("JAVA_HOME", ""), "bin", "keytool"))
+             if c and os.access(c, os.X_OK)]
+    if not found:
+        pytest.skip("no JDK keytool (it makes the JKS stores)")
+    done = subprocess.run([found[0], *args], capture_output=True, text=True, timeout=120,
+                          check=False, env={**os.environ, "JAVA_TOOL_OPTIONS": "-Xmx64m"})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_jks_stores_made_by_keytool(trusted: ZooKeeperServer, pki: Pki, tmp_path: Path) -> None:
+    """Kafka operators' usual stores: a JKS keystore (ZooKeeper: key password = store password)
+    and a JKS truststore, types unset (decided by the .jks extension, as ZooKeeper does)."""
+    pem = pki.broker.read_bytes()
+    key = load_pem_private_key(pem, None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)  # the dev CA's keys are P-256
+    chain = x509.load_pem_x509_certificates(pem)
+    source = tmp_path / "source.p12"
+    source.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"broker", key, chain[0], chain[1:], BestAvailableEncryption(b"source-pw")))
+    _keytool("-importkeystore", "-noprompt", "-srckeystore", str(source), "-srcstoretype",
+             "PKCS12", "-srcstorepass", "source-pw", "-destkeystore", str(tmp_path / "zk.jks"),
+             "-deststoretype", "JKS", "-deststorepass", "zk-store-pw", "-destkeypass",
+             "zk-store-pw")
+    _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(pki.ca), "-keystore",
+             str(tmp_path / "trust.jks"), "-storetype", "JKS", "-storepass", "trust-pw")
+    settings = _tls_settings(pki, tmp_path / "zk.jks", **{
+        "zookeeper.ssl.keystore.password": "zk-store-pw",
+        "zookeeper.ssl.truststore.location": str(tmp_path / "trust.jks"),
+        "zookeeper.ssl.truststore.password": "trust-pw"})
+    client = _tls_client(trusted.tls_hosts, resolve_zk_tls(settings))
+    try:
+        path = f"/jks-{uuid.uuid4().hex[:8]}"
+        client.create(path, b"", acl=CREATOR_ALL_ACL)
+        acls, _ = client.get_acls(path)
+        assert {(a.id.scheme, a.id.id) for a in acls} == {("x509", BROKER_DN)}
+    finally:
+        client.stop()
+        client.close()
+    for name in ("zookeeper.ssl.keystore.password", "zookeeper.ssl.truststore.password"):
+        with pytest.raises(InvalidConfigError, match=re.escape(name)) as raised:
+            resolve_zk_tls({**settings, name: "not-the-password"})
+        assert "not-the-password" not in str(raised.value) and "\n" not in str(raised.value)

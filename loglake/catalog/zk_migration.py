@@ -260,8 +260,8 @@ def _login(connect: str, jaas_file: str | None, mode: Mode, tls_file: str | None
         login = dataclasses.replace(login, set_acl=False, tls=tls)
     if not login.authenticated:
         raise InvalidConfigError(
-            "no ZooKeeper login configured (neither SASL nor a TLS client certificate): the "
-            "migration must run as the brokers' ZooKeeper identity (Kafka's tool refuses too)",
+            "no ZooKeeper SASL login configured (nor a TLS client certificate): the migration "
+            "must run as the brokers' ZooKeeper identity (Kafka's tool refuses too)",
             hint=f"pass --jaas-file FILE (a Client section) or set {ENV_USERNAME}/"
                  f"{ENV_PASSWORD}, or --zk-tls-config-file FILE with zookeeper.ssl.client.enable,"
                  " zookeeper.clientCnxnSocket and zookeeper.ssl.keystore.location")
