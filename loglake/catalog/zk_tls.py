@@ -222,18 +222,21 @@ def tls_failure(client: Any) -> str | None:
 def start_client(client: Any, timeout: float) -> None:
     """``client.start(timeout)``, but stop at once with InvalidConfigError (one line naming the
     setting) when the TLS handshake fails for a reason retrying will not cure. Raises kazoo's
-    KazooTimeoutError (stopping the client) when nothing connects in time."""
+    KazooTimeoutError (stopping and closing the client, as ``start`` does) when nothing
+    connects in time."""
     connected = client.start_async()
     deadline = time.monotonic() + timeout
     while not connected.wait(0.05):
         failure = tls_failure(client)
         if failure is not None:
             client.stop()
+            client.close()
             raise InvalidConfigError(failure)
         if time.monotonic() >= deadline:
             break
     if not client.connected:
         client.stop()
+        client.close()  # as kazoo's start() does
         failure = tls_failure(client)
         if failure is not None:
             raise InvalidConfigError(failure)
@@ -311,37 +314,24 @@ def _ciphers(value: str | None) -> str | None:
     return ":".join(chosen) if chosen else None
 
 
-def _read(location: str, setting: str) -> bytes:
-    try:
-        with open(location, "rb") as file:
-            return file.read()
-    except OSError as exc:
-        raise InvalidConfigError(
-            f"{setting}: cannot read {location}: {exc.strerror or exc}") from None
+_EXTENSIONS = {".pem": "PEM", ".crt": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
+"""ZooKeeper's ``KeyStoreFileType.fromFilename``: an unset store type from the extension."""
 
 
-def _store_type(location: str, store_type: str | None, data: bytes, setting: str) -> str:
-    if store_type:
-        kind = store_type.strip().upper()
-        if kind not in ("PEM", "PKCS12", "JKS"):
-            raise InvalidConfigError(
-                f"{setting.replace('location', 'type')}: unknown store type {store_type!r} "
-                "(PEM, PKCS12 or JKS)")
-        return kind
-    extension = os.path.splitext(location)[1].lower()
-    by_extension = {".pem": "PEM", ".crt": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12",
-                    ".jks": "JKS"}
-    if extension in by_extension:
-        return by_extension[extension]
-    return "PEM" if b"-----BEGIN " in data[:4096] or data.lstrip().startswith(b"-----") else ""
+def _store_type(location: str, store_type: str | None, setting: str) -> str | None:
+    """The declared type (checked), else the one the extension gives, else None (then
+    :mod:`loglake.keystores` decides by the content)."""
+    declared = keystores.normalize_type(store_type, setting=setting)
+    if declared is not None:
+        return declared
+    return _EXTENSIONS.get(os.path.splitext(location)[1].lower())
 
 
 def _keystore(location: str, store_type: str | None, password: str | None
               ) -> tuple[bytes, bytes]:
-    data = _read(location, KEYSTORE_LOCATION)
-    kind = _store_type(location, store_type, data, KEYSTORE_LOCATION)
+    kind = _store_type(location, store_type, KEYSTORE_LOCATION)
     try:  # ZooKeeper has no key password: the keystore password decrypts the key too
-        material = keystores.read_keystore(location, kind or None, password, password,
+        material = keystores.read_keystore(location, kind, password, password,
                                            setting=KEYSTORE_LOCATION)
     except InvalidConfigError as exc:
         raise InvalidConfigError(str(exc).replace(
@@ -351,10 +341,8 @@ def _keystore(location: str, store_type: str | None, password: str | None
 
 
 def _truststore(location: str, store_type: str | None, password: str | None) -> bytes:
-    data = _read(location, TRUSTSTORE_LOCATION)
-    kind = _store_type(location, store_type, data, TRUSTSTORE_LOCATION)
-    return keystores.read_truststore(location, kind or None, password,
-                                     setting=TRUSTSTORE_LOCATION)
+    kind = _store_type(location, store_type, TRUSTSTORE_LOCATION)
+    return keystores.read_truststore(location, kind, password, setting=TRUSTSTORE_LOCATION)
 
 
 def resolve_zk_tls(values: Mapping[str, str | bool | None]) -> ZkTls | None:
