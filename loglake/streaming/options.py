@@ -36,11 +36,12 @@ Names and meanings follow Spark's Kafka source and sink (option names are case-i
 ``kafka.sasl.jaas.config``     Java's ``...ScramLoginModule required username="u"
                                password="p";`` (or loglake's simpler ``kafka.sasl.username`` +
                                ``kafka.sasl.password``)
-``kafka.ssl.*``                ``kafka.ssl.truststore.location`` (PEM, with
-                               ``kafka.ssl.truststore.type=PEM``) or ``kafka.ssl.ca.location``;
-                               ``kafka.ssl.keystore.location`` (PEM key + chain with
-                               ``kafka.ssl.keystore.type=PEM``, or PKCS12 +
-                               ``kafka.ssl.keystore.password``) for client certificates;
+``kafka.ssl.*``                ``kafka.ssl.truststore.location`` (PEM, PKCS12 or JKS, with
+                               ``kafka.ssl.truststore.type`` and ``.password``; the type is
+                               read from the file when not set) or ``kafka.ssl.ca.location``;
+                               ``kafka.ssl.keystore.location`` (PEM key + chain, PKCS12 or JKS,
+                               with ``kafka.ssl.keystore.password`` / ``kafka.ssl.key.password``)
+                               for client certificates;
                                ``kafka.ssl.endpoint.identification.algorithm`` (all names of
                                loglake/client/security.py), translated once for every Kafka
                                client of the query (range consumers, producers, admin)
