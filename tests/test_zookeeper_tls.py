@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import (
@@ -48,7 +48,7 @@ from kazoo.security import CREATOR_ALL_ACL, Permissions
 from loglake.catalog import zk_tls
 from loglake.catalog.zk_auth import ZkAuth, zk_auth_from_properties
 from loglake.catalog.zk_tls import ZkTls, resolve_zk_tls, start_client
-from loglake.dev import certs
+from loglake.dev import certs, net
 from loglake.dev.harness import DevCluster, free_port_block
 from loglake.dev.zookeeper import ZooKeeperServer, ZooKeeperTls
 from loglake.errors import InvalidConfigError
@@ -474,3 +474,37 @@ def test_jks_stores_made_by_keytool(trusted: ZooKeeperServer, pki: Pki, tmp_path
         with pytest.raises(InvalidConfigError, match=re.escape(name)) as raised:
             resolve_zk_tls({**settings, name: "not-the-password"})
         assert "not-the-password" not in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_brokers_reconnect_over_tls_after_a_zookeeper_restart(
+        tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> None:
+    """A running broker's reconnections go through the same TLS handler: ZooKeeper stopped and
+    started again on the same data (within the session timeout) is reached again, and the
+    broker serves and writes ZooKeeper afterwards."""
+    server = _zookeeper(tmp_path_factory.mktemp("zk-tls-restart"), pki, "zookeeper.pem", "need")
+    assert server.tls is not None
+    tls_port = server.tls.port
+    with server, _cluster(tmp_path_factory, server, 1, _tls_settings(pki, pki.broker)) as dev:
+        first = f"zkre-{uuid.uuid4().hex[:8]}"
+        dev.create_topic(first, partitions=1, replication_factor=1)
+        server.stop()
+        freed = time.monotonic() + 60  # connections the JVM left closing may hold a port
+        while not all(net.port_is_free(port) for port in (server.client_port, tls_port)):
+            assert time.monotonic() < freed, "ZooKeeper's ports were not released"
+            time.sleep(0.2)
+        server.start()
+        second = f"{first}-after"
+        deadline = time.monotonic() + 90
+        for _attempt in range(200):  # the broker reconnects with kazoo's back-off
+            try:
+                dev.create_topic(second, partitions=1, replication_factor=1, timeout=15)
+                break
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    dev.wait_topic_ready(second, partitions=1)
+                    break
+                assert time.monotonic() < deadline, exc
+                time.sleep(0.5)
+        _produce_and_consume(dev, second, 5)
+        logs = (dev.data_dir / "logs").glob("broker-*.log")
+        assert not any("TLS certificate" in path.read_text() for path in logs)
