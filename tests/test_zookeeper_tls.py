@@ -317,6 +317,29 @@ def test_host_name_verification_follows_the_setting(misnamed: ZooKeeperServer,
         _tls_client(hosts, untrusted)
 
 
+def test_the_address_connected_to_also_counts_as_zookeeper_checks_it(
+        tmp_path: Path, pki: Pki) -> None:
+    """ZooKeeper's ZKTrustManager accepts a certificate naming the address connected to: a
+    certificate for 127.0.0.1 only serves ``localhost:<port>``."""
+    ca = certs.make_ca("ip-only CA")
+    (tmp_path / "ca.pem").write_bytes(ca.chain_pem())
+    (tmp_path / "zk.pem").write_bytes(certs.issue(
+        ca, "zookeeper", client=False, dns_names=(), ip_addresses=("127.0.0.1",)
+    ).keystore_pem())
+    port = free_port_block(2)
+    server = ZooKeeperServer(tmp_path / "zk", client_port=port, tls=ZooKeeperTls(
+        port + 1, tmp_path / "zk.pem", tmp_path / "ca.pem", "want"))
+    with server:
+        tls = resolve_zk_tls(_tls_settings(
+            pki, **{"zookeeper.ssl.truststore.location": str(tmp_path / "ca.pem")}))
+        client = _tls_client(f"localhost:{port + 1}", tls)
+        try:
+            assert client.get("/")[1] is not None
+        finally:
+            client.stop()
+            client.close()
+
+
 def test_ssl_client_auth_need_refuses_a_client_without_certificate(
         misnamed: ZooKeeperServer, pki: Pki) -> None:
     no_cert = resolve_zk_tls(_tls_settings(

@@ -172,30 +172,44 @@ class ZkTlsHandler(SequentialThreadingHandler):  # kazoo is untyped
 
     def create_connection(self, address: Any, hostname: str | None = None,
                           timeout: float | None = None, **_kazoo_tls: Any) -> socket.socket:
-        """Connect to ``address`` and finish the TLS handshake (kazoo's own TLS arguments are
-        ignored: the context decides)."""
-        raw = socket.create_connection(address, timeout)
-        try:
-            conn = self._context.wrap_socket(raw, server_hostname=hostname or address[0])
-        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
-            raw.close()
-            raise  # the server went away mid-handshake: retry
-        except ssl.SSLError as exc:
-            raw.close()
-            self._failed(address, exc)
-            raise
-        except OSError:
-            raw.close()
-            raise
-        self.tls_failure = None
-        kazoo_utils._set_default_tcpsock_options(socket, conn)
-        return conn
+        """Connect to ``address`` (kazoo passes the resolved IP) and finish the TLS handshake
+        (kazoo's own TLS arguments are ignored: the context decides). Host names: the
+        certificate must name the host of the connect string or, as ZooKeeper's
+        ``ZKTrustManager`` accepts too, the address connected to."""
+        names = [hostname or address[0]]
+        if self.tls.check_hostname and address[0] not in names:
+            names.append(address[0])
+        for index, name in enumerate(names):
+            raw = socket.create_connection(address, timeout)
+            try:
+                conn = self._context.wrap_socket(raw, server_hostname=name)
+            except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                raw.close()
+                raise  # the server went away mid-handshake: retry
+            except ssl.SSLCertVerificationError as exc:
+                raw.close()
+                if exc.verify_code in _HOSTNAME_MISMATCH and index + 1 < len(names):
+                    continue  # try the address
+                self._failed(address, exc, names)
+                raise
+            except ssl.SSLError as exc:
+                raw.close()
+                self._failed(address, exc, names)
+                raise
+            except OSError:
+                raw.close()
+                raise
+            self.tls_failure = None
+            kazoo_utils._set_default_tcpsock_options(socket, conn)
+            return conn
+        raise AssertionError("unreachable: the last name's failure is raised")
 
-    def _failed(self, address: Any, exc: ssl.SSLError) -> None:
-        where = f"ZooKeeper at {address[0]}:{address[1]}"
+    def _failed(self, address: Any, exc: ssl.SSLError, names: list[str]) -> None:
+        where = f"ZooKeeper at {names[0]}:{address[1]}"
         reason = getattr(exc, "verify_message", None) or exc.reason or str(exc)
         if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_code in _HOSTNAME_MISMATCH:
-            message = (f"{where}: its TLS certificate does not name that host ({reason}); "
+            message = (f"{where}: its TLS certificate does not name {' or '.join(names)} "
+                       f"({reason}); "
                        f"{ENDPOINT_IDENTIFICATION}=HTTPS verifies host names (empty: off)")
         elif isinstance(exc, ssl.SSLCertVerificationError):
             trusted = (f"{TRUSTSTORE_LOCATION} ({self.tls.truststore})" if self.tls.truststore
