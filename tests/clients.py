@@ -5,6 +5,7 @@
 caller), skipping end-of-partition events, ``read_records`` for the SDK's consumer. They stop at
 ``count`` or after ``timeout`` seconds, whichever comes first, and raise AssertionError saying
 how many of how many arrived. ``topic_with_records`` makes a filled topic for group tests;
+``produce_and_consume`` is a round trip through a group (confluent-kafka);
 ``poll_until_assigned`` and ``poll_pair`` drive group members
 through a rebalance. Everything runs on the caller's thread and starts nothing; the caller owns
 (and closes) the consumers.
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Literal, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka import Producer as KafkaProducer
 
 from loglake.client import Admin, Producer, Record
 from loglake.client import Consumer as SdkConsumer
@@ -62,6 +64,28 @@ def consume_messages(consumer: Consumer, count: int, *, timeout: float, batch: i
         return out
 
     return collect_until(records, count, timeout=timeout, what=what)
+
+
+def produce_and_consume(bootstrap: str, topic: str, count: int, *, commit: bool = False,
+                        timeout: float = 60.0) -> None:
+    """Produce values ``<topic>-<i>`` for i < ``count`` (acks=all) to an existing ``topic``,
+    then read them all back in group ``<topic>-g`` from the earliest offset (committing them
+    when ``commit``); AssertionError when a delivery fails or the values read differ."""
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for index in range(count):
+        producer.produce(topic, value=f"{topic}-{index}".encode())
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-g",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    try:
+        got = consume_messages(consumer, count, timeout=timeout)
+        assert sorted(m.value() or b"" for m in got) == sorted(
+            f"{topic}-{index}".encode() for index in range(count))
+        if commit:
+            consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
 
 
 def poll_message(consumer: Consumer, *, timeout: float, poll: float = 0.5,

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
@@ -27,7 +26,7 @@ from loglake.catalog.zk_auth import ENV_PASSWORD, ENV_USERNAME, sensitive
 from loglake.catalog.zk_migration import ROOT_PATHS
 from loglake.dev.harness import DevCluster, free_port_block
 from loglake.dev.zookeeper import ZooKeeperServer
-from tests.clients import consume_messages
+from tests.clients import produce_and_consume
 from tests.zk_util import kazoo_client
 
 USER, PASSWORD = "kafka", "kafka-zk-secret"
@@ -97,20 +96,7 @@ def _refused(action: object) -> bool:
 def _round_trip(dev: DevCluster, topic: str, count: int) -> None:
     """Create ``topic``, produce ``count`` records, consume and commit them in a group."""
     dev.create_topic(topic, partitions=2, replication_factor=2)
-    producer = Producer({"bootstrap.servers": dev.bootstrap_servers, "acks": "all"})
-    for index in range(count):
-        producer.produce(topic, value=f"{topic}-{index}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({"bootstrap.servers": dev.bootstrap_servers, "group.id": f"{topic}-g",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    try:
-        got = consume_messages(consumer, count, timeout=60)
-        assert sorted(m.value() or b"" for m in got) == sorted(
-            f"{topic}-{index}".encode() for index in range(count))
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+    produce_and_consume(dev.bootstrap_servers, topic, count, commit=True)
 
 
 def test_secure_then_unsecure(open_cluster: DevCluster, sasl_zookeeper: ZooKeeperServer

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import (
@@ -52,7 +52,7 @@ from loglake.dev import certs, net
 from loglake.dev.harness import DevCluster, free_port_block
 from loglake.dev.zookeeper import ZooKeeperServer, ZooKeeperTls
 from loglake.errors import InvalidConfigError
-from tests.clients import consume_messages
+from tests.clients import produce_and_consume
 
 NETTY = "org.apache.zookeeper.ClientCnxnSocketNetty"
 BROKER_DN = "CN=kafka-broker,O=loglake dev"
@@ -149,19 +149,7 @@ def mtls_cluster(tmp_path_factory: pytest.TempPathFactory, pki: Pki,
 
 
 def _produce_and_consume(dev: DevCluster, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": dev.bootstrap_servers, "acks": "all"})
-    for index in range(count):
-        producer.produce(topic, value=f"m{index}".encode())
-    assert producer.flush(30) == 0
-    consumer = Consumer({"bootstrap.servers": dev.bootstrap_servers, "group.id": f"{topic}-g",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    try:
-        messages = consume_messages(consumer, count, timeout=60)
-        assert sorted(m.value() or b"" for m in messages) == sorted(
-            f"m{index}".encode() for index in range(count))
-    finally:
-        consumer.close()
+    produce_and_consume(dev.bootstrap_servers, topic, count)
 
 
 def _loglake(*argv: str, env: dict[str, str], timeout: float = 90
