@@ -170,3 +170,9 @@ def test_keystores_is_a_leaf() -> None:
     hits = sorted(name for name in _imports(PACKAGE / "keystores.py")
                   if name.startswith("loglake") and not name.startswith("loglake.errors"))
     assert hits == []
+
+
+def test_properties_is_a_leaf() -> None:
+    """``loglake/properties.py`` (Java properties text) is read by clients, tools and the
+    ZooKeeper layer, so it imports nothing of loglake's."""
+    assert not any(name.startswith("loglake") for name in _imports(PACKAGE / "properties.py"))

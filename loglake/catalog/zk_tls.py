@@ -59,7 +59,6 @@ import logging
 import os
 import socket
 import ssl
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,6 +69,7 @@ from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandl
 
 from loglake import keystores
 from loglake.errors import InvalidConfigError
+from loglake.properties import parse_properties
 
 log = logging.getLogger(__name__)
 
@@ -142,21 +142,12 @@ class ZkTls:
         if self.ciphers:
             context.set_ciphers(self.ciphers)
         if self.chain_pem is not None and self.key_pem is not None:
-            _load_cert_chain(context, self.chain_pem, self.key_pem)
+            keystores.load_into(context, keystores.KeyMaterial(self.chain_pem, self.key_pem))
         return context
 
     def handler(self) -> ZkTlsHandler:
         """A fresh kazoo handler speaking TLS with these settings (one per kazoo client)."""
         return ZkTlsHandler(self)
-
-
-def _load_cert_chain(context: ssl.SSLContext, chain_pem: bytes, key_pem: bytes) -> None:
-    with tempfile.TemporaryDirectory(prefix="loglake-zk-tls-") as directory:
-        path = os.path.join(directory, "key.pem")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as file:
-            file.write(key_pem + chain_pem)
-        context.load_cert_chain(path)
 
 
 class ZkTlsHandler(SequentialThreadingHandler):  # kazoo is untyped
@@ -416,25 +407,17 @@ def resolve_zk_tls(values: Mapping[str, str | bool | None]) -> ZkTls | None:
 
 
 def read_properties(path: str, *, setting: str = ENV_CONFIG_FILE) -> dict[str, str]:
-    """The :data:`PROPERTY_NAMES` keys of the properties file ``path`` (``key=value`` or
-    ``key: value`` lines, ``#``/``!`` comments; other keys are ignored, as Kafka's
-    ``--zk-tls-config-file`` ignores them)."""
+    """The :data:`PROPERTY_NAMES` keys of the Java properties file ``path``
+    (:mod:`loglake.properties`); other keys are ignored, as Kafka's ``--zk-tls-config-file``
+    ignores them."""
     try:
         with open(path, encoding="utf-8") as file:
-            lines = file.read().splitlines()
-    except OSError as exc:
-        raise InvalidConfigError(f"{setting}: cannot read {path}: "
-                                 f"{exc.strerror or exc}") from None
-    result: dict[str, str] = {}
-    for line in lines:
-        text = line.strip()
-        if not text or text.startswith(("#", "!")):
-            continue
-        sep = min((i for i in (text.find("="), text.find(":")) if i > 0), default=-1)
-        key = text[:sep].strip() if sep > 0 else text
-        if key in PROPERTY_NAMES:
-            result[key] = text[sep + 1:].strip() if sep > 0 else ""
-    return result
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InvalidConfigError(f"{setting}: cannot read {path}: {reason}") from None
+    return {key: value for key, value in parse_properties(text).items()
+            if key in PROPERTY_NAMES}
 
 
 def zk_tls_from_properties(props: Mapping[str, str]) -> ZkTls | None:

@@ -79,6 +79,7 @@ from kio.schema.errors import ErrorCode
 
 from loglake import keystores
 from loglake.errors import InvalidConfigError, LoglakeError
+from loglake.properties import parse_properties
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 PROTOCOLS: tuple[Protocol, ...] = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -452,70 +453,6 @@ def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
         raise SecurityConfigError(f"cannot read the client properties file {path}: {exc}",
                                   hint="check the --command-config path") from None
     return parse_properties(text)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """:func:`read_properties` on a string."""
-    result: dict[str, str] = {}
-    lines = text.splitlines()
-    index = 0
-    while index < len(lines):
-        line = lines[index].lstrip()
-        index += 1
-        if not line or line[0] in "#!":
-            continue
-        while _continues(line) and index < len(lines):
-            line = line[:-1] + lines[index].lstrip()
-            index += 1
-        if _continues(line):
-            line = line[:-1]
-        key, value = _split_property(line)
-        result[_unescape(key)] = _unescape(value)
-    return result
-
-
-def _continues(line: str) -> bool:
-    """Whether ``line`` ends in an odd number of backslashes."""
-    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    position = 0
-    while position < len(line):
-        char = line[position]
-        if char == "\\":
-            position += 2
-            continue
-        if char in "=: \t\f":
-            break
-        position += 1
-    key = line[:position]
-    rest = line[position:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return key, rest
-
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    position = 0
-    while position < len(text):
-        char = text[position]
-        if char != "\\" or position + 1 >= len(text):
-            out.append(char)
-            position += 1
-            continue
-        nxt = text[position + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[position + 2:position + 6]):
-            out.append(chr(int(text[position + 2:position + 6], 16)))
-            position += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        position += 2
-    return "".join(out)
 
 
 def _load_pem_chain(context: ssl.SSLContext, config: SecurityConfig) -> None:
