@@ -67,6 +67,7 @@ from loglake.broker.dynamic_config import DynamicBrokerConfig
 from loglake.broker.fetcher_manager import ReplicaFetcherManager
 from loglake.broker.groups import txn_offsets
 from loglake.broker.groups.coordinator import GroupCoordinator
+from loglake.broker.handlers.sasl import CredentialCacheFeed
 from loglake.broker.isr_manager import IsrManager
 from loglake.broker.log_manager import LogManager
 from loglake.broker.metadata_cache import MetadataCache
@@ -214,7 +215,8 @@ class Broker:
             samples=config.quota_window_num, window_s=config.quota_window_size_seconds,
             controller_samples=config.controller_quota_window_num,
             controller_window_s=config.controller_quota_window_size_seconds)
-        self.quota_sync = QuotaConfigSync(self.zk, self.quotas, stopping=self._is_stopping)
+        self.quota_sync = QuotaConfigSync(self.zk, self.quotas, stopping=self._is_stopping,
+                                          credentials=CredentialCacheFeed(self.zk.catalog))
         self.services = BrokerServices(
             config=config, zk=self.zk, metadata=self.metadata, replicas=self.replicas,
             groups=self.groups, controller=self.controller, tierer=self.tierer,

@@ -685,6 +685,12 @@ class ClusterCatalog:
                 log.exception("session listener failed on %s", event.value)
 
     @property
+    def connected(self) -> bool:
+        """Whether the client is connected to ZooKeeper now (a read would be answered rather
+        than wait for a reconnection). Thread-safe."""
+        return bool(self.zk.connected)
+
+    @property
     def connected_at(self) -> float:
         """``time.monotonic()`` of the last (re)connection to ZooKeeper (0 before any)."""
         with self._lock:

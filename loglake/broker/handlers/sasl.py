@@ -30,11 +30,12 @@ mechanism, same principal, else SASL_AUTHENTICATION_FAILED and the connection is
 
 SCRAM credentials are read from ZooKeeper (``/config/users/<user>``) on the ZooKeeper
 executor at each login; nothing else blocks. The last credentials read of each user are kept
-(:class:`CredentialFallback`, bounded) and used only when ZooKeeper cannot be read (a
-reconnection, a session expiry, an outage): Kafka's brokers log users in from their in-memory
-credential cache then, so clients and the other brokers can still (re)connect and
-re-authenticate; a user seen as deleted or changed while ZooKeeper answers is forgotten or
-replaced at once.
+(:class:`CredentialFallback`, bounded; loaded for every user at start and kept current from
+config change notifications by :class:`CredentialCacheFeed`, and updated by each login's read)
+and used only when ZooKeeper cannot be read (a reconnection, a session expiry, an outage):
+Kafka's brokers log users in from their in-memory credential cache then, so clients and the
+other brokers can still (re)connect and re-authenticate; a user seen as deleted or changed
+while ZooKeeper answers is forgotten or replaced at once.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -57,7 +59,11 @@ from loglake.broker.security.sasl_mechanisms import (
     SaslFailure,
     ScramExchange,
 )
-from loglake.broker.security.scram_credentials import ScramCredential, user_credentials
+from loglake.broker.security.scram_credentials import (
+    ScramCredential,
+    credentials_of,
+    user_credentials,
+)
 from loglake.broker.security.session import Session, uses_sasl
 from loglake.errors import LoglakeError
 
@@ -243,13 +249,47 @@ class CredentialFallback:
     def recall(self, owner: object, user: str) -> dict[str, ScramCredential] | None:
         return self._users.get((id(owner), user))
 
+    def replace_all(self, owner: object, users: Mapping[str, dict[str, ScramCredential]]
+                    ) -> None:
+        """Every user of ``owner`` as just loaded (users not in ``users`` are forgotten)."""
+        owner_id = id(owner)
+        for key in [key for key in self._users if key[0] == owner_id]:
+            del self._users[key]
+        for user, found in users.items():
+            self.remember(owner, user, found)
+
 
 _FALLBACK = CredentialFallback()
+
+
+class CredentialCacheFeed:
+    """Feeds :class:`CredentialFallback` from the broker's config sync (a
+    ``quotas.config_sync.UserCredentialSink``): every user's credentials at each full load, so
+    logins during a ZooKeeper outage work for every user, not only those seen before, as with
+    Kafka's credential cache; a user's after each change (no SCRAM keys: forgotten). ``owner``
+    is the broker's catalog (what :func:`_credential` keys by). Event loop only."""
+
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
+
+    def load_all(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        _FALLBACK.replace_all(self.owner, {user: credentials_of(config)
+                                           for user, config in configs.items()})
+
+    def update(self, user: str, config: Mapping[str, str]) -> None:
+        _FALLBACK.remember(self.owner, user, credentials_of(config))
 
 
 async def _credential(services: BrokerServices, username: str,
                       mechanism: str) -> ScramCredential | None:
     catalog = services.zk.catalog
+    if not catalog.connected:
+        # a read would wait for the reconnection: answer from the cache at once, as Kafka's
+        # brokers always do (it holds every user: a miss is an unknown user)
+        cached = _FALLBACK.recall(catalog, username)
+        log.info("ZooKeeper disconnected: logging %s in with the credentials last read%s",
+                 username, "" if cached is not None else " (none: unknown user)")
+        return None if cached is None else cached.get(mechanism)
     try:
         found = await services.zk.call(
             lambda: user_credentials(catalog.entity_configs(), username))

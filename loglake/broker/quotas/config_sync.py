@@ -14,8 +14,12 @@ everything. Every ``PURGE_INTERVAL_S`` notifications older than 15 minutes are r
 A broker's own AlterClientQuotas applies what it wrote at once (:meth:`apply_entity`), so the
 next request on this broker already sees it; others follow their watch (milliseconds).
 
-Notifications about other entities (brokers, topics) are skipped; entity configs of users also
-hold SCRAM credentials, which are not quota keys and change nothing here.
+Notifications about other entities (brokers, topics) are skipped. Entity configs of users also
+hold SCRAM credentials, which are not quota keys: they go to the ``credentials`` sink when one
+is given (the SASL handler's cache of every user's credentials, for logins while ZooKeeper
+cannot be read, as Kafka's credential cache is fed by the same config handler): every user's
+config at each full load (:meth:`UserCredentialSink.load_all`), a user's config after each
+change naming it (:meth:`UserCredentialSink.update`).
 
 Event loop only, except the blocking catalog calls, which run on the ZooKeeper executor.
 """
@@ -26,9 +30,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from loglake.broker.quotas.entities import QuotaEntity, entity_of_path
+from loglake.broker.quotas.entities import DEFAULT_ENTITY, QuotaEntity, entity_of_path
 from loglake.broker.quotas.ip_quotas import ip_of_path
 from loglake.broker.quotas.manager import ClientQuotas
 
@@ -42,14 +46,26 @@ PURGE_INTERVAL_S = 60.0
 RETRY_DELAY_S = 0.5
 
 
+class UserCredentialSink(Protocol):
+    """Where users' entity configs go besides the quotas (event loop only)."""
+
+    def load_all(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        """Every user's config (user name -> config map) as just loaded."""
+
+    def update(self, user: str, config: Mapping[str, str]) -> None:
+        """One user's config as just re-read (empty: removed)."""
+
+
 class QuotaConfigSync:
     """Loads and follows the entity configs into a :class:`ClientQuotas` (see module)."""
 
     def __init__(self, zk: ZkSession, quotas: ClientQuotas, *,
-                 stopping: Callable[[], bool]) -> None:
+                 stopping: Callable[[], bool],
+                 credentials: UserCredentialSink | None = None) -> None:
         self.zk = zk
         self.quotas = quotas
         self.stopping = stopping
+        self.credentials = credentials
         self._changed = asyncio.Event()
         self._sequence = -1
 
@@ -78,6 +94,9 @@ class QuotaConfigSync:
         self.quotas.replace_all(entities)
         self.quotas.ips.replace_all({ip: config for path, config in configs.items()
                                      if (ip := ip_of_path(path)) is not None})
+        if self.credentials is not None:
+            self.credentials.load_all({user: config for entity, config in entities.items()
+                                       if (user := _user_of(entity)) is not None})
         log.info("loaded client quotas of %d entities",
                  len(self.quotas.entity_quotas()))
 
@@ -129,7 +148,18 @@ class QuotaConfigSync:
             config = await self.zk.call(store.get, path)
             if entity is not None:
                 self.apply_entity(entity, config)
+                user = _user_of(entity)
+                if user is not None and self.credentials is not None:
+                    self.credentials.update(user, config)
             elif ip is not None:
                 self.quotas.ips.apply(ip, config)
         self._sequence = changes[-1].sequence
         return len(changes)
+
+
+def _user_of(entity: QuotaEntity) -> str | None:
+    """The user of a ``/config/users/<user>`` entity (where SCRAM credentials live), else
+    None (client ids, user + client id pairs, ``<default>``)."""
+    if entity.user is None or entity.client_id is not None or entity.user == DEFAULT_ENTITY:
+        return None
+    return entity.user
