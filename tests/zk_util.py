@@ -51,3 +51,14 @@ def store_scram_users(zookeeper_connect: str, users: Mapping[str, str],
     finally:
         client.stop()
         client.close()
+
+
+def registered_brokers(zookeeper_connect: str) -> set[int]:
+    """The broker ids registered in ``/brokers/ids`` of the cluster at ``zookeeper_connect``
+    (each an ephemeral znode of the broker's ZooKeeper session), read now."""
+    client = kazoo_client(zookeeper_connect)
+    try:
+        return {int(child) for child in client.get_children("/brokers/ids")}
+    finally:
+        client.stop()
+        client.close()
