@@ -47,6 +47,8 @@ class MemoryEntityConfigs:
 @dataclass
 class FakeCatalog:
     store: MemoryEntityConfigs
+    connected: bool = True
+    """False: as a catalog that lost its ZooKeeper connection (logins use the cache)."""
 
     def entity_configs(self) -> MemoryEntityConfigs:
         return self.store
@@ -134,6 +136,25 @@ def test_bad_credentials_fail_and_the_connection_serves_nothing_more(
         _login(connection, mechanism, user, password)
     assert not connection.session.authenticated
     assert sasl_gate.admit(connection.session, 18, time.monotonic()) is not None
+
+
+def test_a_disconnected_broker_logs_in_from_the_credential_cache() -> None:
+    """While the catalog is disconnected no read is attempted (it would wait for the
+    reconnection): the cache the config sync fed answers, a user not in it is unknown."""
+    services = _services()
+    feed = sasl.CredentialCacheFeed(services.zk.catalog)
+    feed.load_all({"alice": services.store.get("users/alice")})
+    services.zk.catalog.connected = False
+
+    def unreadable(*_: object) -> None:
+        raise AssertionError("ZooKeeper read while disconnected")
+
+    services.store.get = unreadable  # type: ignore[method-assign,assignment]
+    connection = Connection(services)
+    _login(connection, "SCRAM-SHA-512", "alice", "scram-512-pw")
+    assert str(connection.session.principal) == "User:alice"
+    with pytest.raises(SaslAuthenticationError, match="SASL_AUTHENTICATION_FAILED"):
+        _login(Connection(services), "SCRAM-SHA-256", "bob", "x")
 
 
 def test_unsupported_mechanism() -> None:
