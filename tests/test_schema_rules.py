@@ -557,10 +557,25 @@ _PROTO_SCALARS = st.sampled_from(["int32", "int64", "uint32", "uint64", "sint32"
                                   "string", "bytes", "float", "double"])
 
 
+def _proto_json_name(name: str) -> str:
+    """protoc's default JSON name of a field (``a_b`` -> ``aB``, ``a_`` -> ``a``): two fields
+    of a message may not share one, so generated names must differ in it."""
+    out: list[str] = []
+    upper = False
+    for char in name:
+        if char == "_":
+            upper = True
+            continue
+        out.append(char.upper() if upper else char)
+        upper = False
+    return "".join(out)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fields=st.lists(st.tuples(_NAMES, _PROTO_SCALARS, st.sampled_from(["", "repeated ",
-                                                                         "optional "])),
-                       min_size=1, max_size=8, unique_by=lambda f: f[0]),
+@given(fields=st.lists(st.tuples(_NAMES.filter(lambda n: _proto_json_name(n) != "zzMap"),
+                                 _PROTO_SCALARS,
+                                 st.sampled_from(["", "repeated ", "optional "])),
+                       min_size=1, max_size=8, unique_by=lambda f: _proto_json_name(f[0])),
        map_value=_PROTO_SCALARS)
 def test_protobuf_property_text_and_serialized_forms_agree(
         fields: list[tuple[str, str, str]], map_value: str) -> None:
