@@ -404,17 +404,22 @@ def _admin_password(dev: DevCluster) -> str:
 
 # ---------------------------------------------------------- (4) quotas changed at run time
 
+def _admin_request_to_broker_1(dev: DevCluster, api: tuple[int, int], body: dict[str, Any],
+                               operation: str) -> Any:
+    """``body`` sent as the admin to broker 1 itself (never to a paused broker, which an
+    AdminClient may pick and time out on: CI saw it); the response."""
+    admin_security = SecurityConfig.load(dev.client_properties) if dev.client_properties \
+        else None
+    return _wire.request("127.0.0.1", dev.broker_port(1), *api, body, timeout=30,
+                         client_id="faults", operation=operation, security=admin_security)
+
+
 def _delete_acls_through_broker_1(dev: DevCluster, topic: str) -> None:
-    """DeleteAcls of alice's LITERAL ACLs on ``topic``, sent to broker 1 itself: while broker
-    3 is paused an AdminClient may pick it for the request and time out (CI saw it)."""
+    """DeleteAcls of alice's LITERAL ACLs on ``topic``, through broker 1."""
     body = {"filters": [{"resource_type_filter": 2, "resource_name_filter": topic,
                          "pattern_type_filter": 3, "principal_filter": f"User:{ALICE}",
                          "host_filter": None, "operation": 1, "permission_type": 1}]}
-    admin_security = SecurityConfig.load(dev.client_properties) if dev.client_properties \
-        else None
-    response = _wire.request("127.0.0.1", dev.broker_port(1), *DELETE_ACLS, body,
-                             timeout=30, client_id="faults", operation="delete acls",
-                             security=admin_security)
+    response = _admin_request_to_broker_1(dev, DELETE_ACLS, body, "delete acls")
     assert [f.error_code for f in response.filter_results] == [ErrorCode.none], response
 
 
@@ -423,11 +428,7 @@ def _alter_quota(dev: DevCluster, key: str, value: float | None) -> None:
         "entity": [{"entity_type": "user", "entity_name": ALICE}],
         "ops": [{"key": key, "value": value or 0.0, "remove": value is None}]}],
         "validate_only": False}
-    admin_security = SecurityConfig.load(dev.client_properties) if dev.client_properties \
-        else None
-    response = _wire.request("127.0.0.1", dev.broker_port(1), *ALTER_CLIENT_QUOTAS, body,
-                             timeout=30, client_id="faults", operation="alter quota",
-                             security=admin_security)
+    response = _admin_request_to_broker_1(dev, ALTER_CLIENT_QUOTAS, body, "alter quota")
     assert [e.error_code for e in response.entries] == [ErrorCode.none], response
 
 
